@@ -1,0 +1,41 @@
+"""The hardware catalog: NeuronCore versions, chips, instances and their topologies.
+
+Data and derived figures only; every other layer reads its clocks, sizes and bandwidths here.
+"""
+
+from trnsim.hardware.catalog import chip, core, instance, instance_names
+from trnsim.hardware.chips import CHIPS, ChipSpec
+from trnsim.hardware.cores import (
+    CORES,
+    MATMUL_PRECISIONS,
+    CoreSpec,
+    DmaSpec,
+    EngineSpec,
+    InstructionCosts,
+    TensorEngineSpec,
+)
+from trnsim.hardware.instances import INSTANCES, InstanceSpec
+from trnsim.hardware.spec import ASSUMPTION, Alternative
+from trnsim.hardware.topology import Link, Topology
+
+__all__ = [
+    "ASSUMPTION",
+    "CHIPS",
+    "CORES",
+    "INSTANCES",
+    "MATMUL_PRECISIONS",
+    "Alternative",
+    "ChipSpec",
+    "CoreSpec",
+    "DmaSpec",
+    "EngineSpec",
+    "InstanceSpec",
+    "InstructionCosts",
+    "Link",
+    "TensorEngineSpec",
+    "Topology",
+    "chip",
+    "core",
+    "instance",
+    "instance_names",
+]
