@@ -92,6 +92,11 @@ class DmaSpec(Spec):
     hw_dge_instances: int = 0  # descriptor-generation engines (v3+: 2)
     efficient_bytes_per_partition: int = 2048  # below this a transfer is inefficient
     saturating_bytes_per_partition: int = 4096
+    # ASSUMPTION (descriptor model): each contiguous chunk ("descriptor") costs as much engine time
+    # as moving this many bytes, so a chunk of d bytes runs at d / (d + overhead) of the engine's
+    # bandwidth: 2 KiB chunks reach 80%, 4 KiB 89%, matching the guide's "use >= 2 KiB, >= 4 KiB to
+    # saturate" (dma-bw-guide).
+    descriptor_overhead_bytes: int = 512
     transpose_efficiency_hbm_to_sbuf: float | None = None  # v3+: up to 90% of DMA throughput
     transpose_efficiency_sbuf_to_sbuf: float | None = None  # v3+: 50%
 

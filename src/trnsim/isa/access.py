@@ -1,0 +1,191 @@
+"""Access patterns: operands as the hardware addresses them.
+
+SBUF and PSUM are 2-D: a partition range (no partition stride) times up to four free dimensions of
+(stride, size) in elements inside each partition, starting at a byte offset within the partition.
+HBM is flat bytes: the partition axis of an HBM operand is just one more (stride, size) pair,
+`partition_step` elements apart, inside a named HBM tensor.
+
+An access pattern's logical shape is ``(partitions, *free sizes)``. A stride of 0 broadcasts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from math import prod
+
+from trnsim.numerics import DType
+from trnsim.numerics import dtype as as_dtype
+
+MAX_FREE_DIMS = 4
+MAX_FREE_SIZE = 65535  # uint16 size fields
+MIN_STRIDE, MAX_STRIDE = -32768, 32767  # int16 stride fields
+
+
+class Memory(str, Enum):
+    HBM = "hbm"
+    SBUF = "sbuf"
+    PSUM = "psum"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    memory: Memory
+    dtype: DType
+    partitions: int
+    dims: tuple[tuple[int, int], ...]  # (stride, size) in elements, outermost first
+    offset: int = 0  # bytes: within each partition (SBUF/PSUM) or within the tensor (HBM)
+    partition_start: int = 0  # SBUF/PSUM only
+    partition_step: int = 0  # HBM only: elements between consecutive partitions
+    tensor: str = ""  # HBM tensor name; for SBUF/PSUM an optional label for profiles
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.memory, self.dtype, self.partitions, self.dims,
+                                                self.offset, self.partition_start,
+                                                self.partition_step, self.tensor)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    # --- shape ---------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.partitions, *(size for _, size in self.dims))
+
+    @property
+    def free_shape(self) -> tuple[int, ...]:
+        return tuple(size for _, size in self.dims)
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition: the N of the engines' cost formulas."""
+        return prod(size for _, size in self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        return self.partitions * self.free_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.num_elements * self.dtype.itemsize
+
+    @property
+    def innermost_stride_bytes(self) -> int:
+        if not self.dims:
+            return self.dtype.itemsize
+        stride, size = self.dims[-1]
+        return abs(stride) * self.dtype.itemsize if size > 1 else self.dtype.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        """True if each partition's elements are one dense run (free dims row-major, stride 1)."""
+        expected = 1
+        for stride, size in reversed(self.dims):
+            if size == 1:
+                continue
+            if stride != expected:
+                return False
+            expected *= size
+        return True
+
+    @property
+    def on_chip(self) -> bool:
+        return self.memory is not Memory.HBM
+
+    # --- footprint (for dependencies and bounds) ---------------------------------------------
+    def element_span(self) -> tuple[int, int]:
+        """(lowest, highest+1) element offsets touched inside one partition (HBM: the whole tile)."""
+        low = high = 0
+        dims = list(self.dims)
+        if self.memory is Memory.HBM:
+            dims.append((self.partition_step, self.partitions))
+        for stride, size in dims:
+            if size <= 0:
+                return (0, 0)
+            reach = stride * (size - 1)
+            if reach >= 0:
+                high += reach
+            else:
+                low += reach
+        return (low, high + 1)
+
+    def byte_span(self) -> tuple[int, int]:
+        """Bytes touched: per partition for SBUF/PSUM, within the tensor for HBM."""
+        low, high = self.element_span()
+        size = self.dtype.itemsize
+        return (self.offset + low * size, self.offset + high * size)
+
+    def partition_range(self) -> tuple[int, int]:
+        if self.memory is Memory.HBM:
+            return (0, 1)
+        return (self.partition_start, self.partition_start + self.partitions)
+
+    def describe(self) -> str:
+        """Short human form for errors and profiles, e.g. sbuf[0:128, 512 B+2048] bfloat16[128,1024]."""
+        p0, p1 = self.partition_range()
+        shape = ",".join(str(s) for s in self.shape)
+        where = self.tensor or str(self.memory)
+        if self.memory is Memory.HBM:
+            return f"{where}@{self.offset} {self.dtype.name}[{shape}]"
+        return f"{where}[{p0}:{p1}]+{self.offset}B {self.dtype.name}[{shape}]"
+
+    # --- construction helpers ----------------------------------------------------------------
+    def with_dtype(self, dtype) -> AccessPattern:
+        """Reinterpret the same bytes as another dtype of equal size (a `.view(dtype)`)."""
+        new = as_dtype(dtype)
+        if new.itemsize != self.dtype.itemsize:
+            raise ValueError("with_dtype needs equal item sizes; reshape the free dims instead")
+        return _replace(self, dtype=new)
+
+
+def _replace(ap: AccessPattern, **changes) -> AccessPattern:
+    values = {name: getattr(ap, name) for name in ("memory", "dtype", "partitions", "dims", "offset",
+                                                   "partition_start", "partition_step", "tensor")}
+    values.update(changes)
+    return AccessPattern(**values)
+
+
+def row_major_dims(free_shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(stride, size) pairs for a dense row-major free shape."""
+    dims = []
+    stride = 1
+    for size in reversed(free_shape):
+        dims.append((stride, size))
+        stride *= size
+    dims.reverse()
+    return tuple(dims) if dims else ((1, 1),)
+
+
+def sbuf(offset: int, partitions: int, free_shape: tuple[int, ...], dtype, *, partition_start: int = 0,
+         label: str = "", memory: Memory = Memory.SBUF) -> AccessPattern:
+    """A dense tile in SBUF (or PSUM with memory=Memory.PSUM) at a byte offset within each partition."""
+    return AccessPattern(memory=memory, dtype=as_dtype(dtype), partitions=partitions,
+                         dims=row_major_dims(tuple(free_shape)), offset=offset,
+                         partition_start=partition_start, tensor=label)
+
+
+def psum(offset: int, partitions: int, free_shape: tuple[int, ...], dtype="float32", *,
+         partition_start: int = 0, label: str = "") -> AccessPattern:
+    return sbuf(offset, partitions, free_shape, dtype, partition_start=partition_start, label=label,
+                memory=Memory.PSUM)
+
+
+def hbm(tensor: str, shape: tuple[int, ...], dtype, *, offset_elements: int = 0,
+        row_elements: int | None = None) -> AccessPattern:
+    """A dense row-major block of an HBM tensor: dim 0 is the partition axis.
+
+    `row_elements` is the stride between rows (defaults to the block's own row length), so a block
+    of a larger [R, C] tensor is ``hbm(name, (p, f), dt, offset_elements=r0*C+c0, row_elements=C)``.
+    """
+    dt = as_dtype(dtype)
+    partitions, *free = shape
+    free_dims = row_major_dims(tuple(free))
+    step = row_elements if row_elements is not None else prod(free) if free else 1
+    if row_elements is not None and len(free) == 1:
+        free_dims = ((1, free[0]),)
+    return AccessPattern(memory=Memory.HBM, dtype=dt, partitions=partitions, dims=free_dims,
+                         offset=offset_elements * dt.itemsize, partition_step=step, tensor=tensor)

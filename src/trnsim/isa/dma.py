@@ -1,0 +1,144 @@
+"""DMA instructions: copies (with cast and optional add-into-destination) and 2-D transposes.
+
+A DMA instruction describes *what* moves; `transfer(core)` summarises it for the simulator's DMA
+model (bytes and descriptor size), which shares engine and HBM bandwidth among transfers in flight.
+`cost(core)` is the same transfer alone on one idle DMA engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa.access import AccessPattern, Memory
+from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction
+
+
+@dataclass(frozen=True)
+class DmaTransfer:
+    nbytes: int
+    descriptor_bytes: int  # bytes per contiguous chunk (the smaller of the two sides)
+    descriptors: int
+    efficiency: float = 1.0  # extra factor (e.g. DMA transpose runs at 90% / 50%)
+
+    def engine_ns(self, core) -> float:
+        """Time on one DMA engine, descriptor overheads included, without start latency."""
+        dma = core.dma
+        d = max(self.descriptor_bytes, 1)
+        rate = dma.bytes_per_s_per_engine * d / (d + dma.descriptor_overhead_bytes) * self.efficiency
+        return self.nbytes / rate * 1e9
+
+
+def contiguous_run_bytes(ap: AccessPattern) -> int:
+    """Bytes of the longest dense run an access pattern reads without a jump."""
+    run = 1
+    for stride, size in reversed(ap.dims):
+        if size == 1:
+            continue
+        if stride != run:
+            break
+        run *= size
+    else:
+        if ap.memory is Memory.HBM and ap.partition_step == run:
+            run *= ap.partitions
+    return run * ap.dtype.itemsize
+
+
+class _Dma(Instruction):
+    ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.DMA,)
+
+    def transfer(self, core) -> DmaTransfer:
+        raise NotImplementedError
+
+    def cost(self, core) -> Cost:
+        ns = core.dma.start_latency_ns + self.transfer(core).engine_ns(core)
+        return Cost(ns, ns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DmaCopy(_Dma):
+    """dst = src (cast if the dtypes differ), or dst += src with accumulate (dst_rmw_op=add)."""
+
+    OPCODE: ClassVar[str] = "DmaCopy"
+
+    dst: AccessPattern
+    src: AccessPattern
+    accumulate: bool = False
+    queue: int | None = None  # a DMA queue chosen by the front end; None lets the simulator pick
+
+    def reads(self):
+        return (self.src, self.dst) if self.accumulate else (self.src,)
+
+    def writes(self):
+        return (self.dst,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        if self.src.num_elements != self.dst.num_elements:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: source {list(self.src.shape)} and destination {list(self.dst.shape)} "
+                f"hold different numbers of elements"))
+
+    def execute(self, state: ExecutionState) -> None:
+        if self.accumulate:
+            total = (state.read_compute(self.dst).reshape(-1)
+                     + state.read_compute(self.src).reshape(-1))
+            state.write(self.dst, total.reshape(self.dst.shape))
+        elif self.src.dtype == self.dst.dtype:
+            state.write(self.dst, state.read(self.src).reshape(self.dst.shape))
+        else:
+            state.write(self.dst, state.read_compute(self.src).reshape(self.dst.shape))
+
+    def transfer(self, core) -> DmaTransfer:
+        nbytes = max(self.src.nbytes, self.dst.nbytes)
+        chunk = min(contiguous_run_bytes(self.src), contiguous_run_bytes(self.dst), nbytes)
+        return DmaTransfer(nbytes, chunk, -(-nbytes // max(chunk, 1)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DmaTranspose(_Dma):
+    """2-D transpose by DMA: dst [F, P] = src [P, F] for 2- and 4-byte dtypes."""
+
+    OPCODE: ClassVar[str] = "DmaTranspose"
+
+    dst: AccessPattern
+    src: AccessPattern
+    queue: int | None = None
+
+    def reads(self):
+        return (self.src,)
+
+    def writes(self):
+        return (self.dst,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        if self.src.dtype.itemsize not in (2, 4):
+            self.fail(InvalidArgumentError(f"{self.name}: DMA transpose handles 2- and 4-byte dtypes; "
+                                           f"got {self.src.dtype.name}"))
+        rows, cols = self.src.partitions, self.src.free_size
+        if self.dst.partitions * self.dst.free_size != rows * cols or self.dst.partitions != cols:
+            self.fail(InvalidArgumentError(f"{self.name}: destination {list(self.dst.shape)} is not the "
+                                           f"transpose [{cols}, {rows}] of the source"))
+
+    def execute(self, state: ExecutionState) -> None:
+        values = state.read(self.src).reshape(self.src.partitions, -1)
+        if self.src.dtype != self.dst.dtype:
+            values = state.read_compute(self.src).reshape(self.src.partitions, -1)
+        state.write(self.dst, np.ascontiguousarray(values.T).reshape(self.dst.shape))
+
+    def transfer(self, core) -> DmaTransfer:
+        nbytes = self.src.nbytes
+        both_sbuf = self.src.memory is Memory.SBUF and self.dst.memory is Memory.SBUF
+        efficiency = (core.dma.transpose_efficiency_sbuf_to_sbuf if both_sbuf
+                      else core.dma.transpose_efficiency_hbm_to_sbuf)
+        # ASSUMPTION: before NC-v3 (no documented DMA-transpose engine support) the transpose is
+        # element-granular: one descriptor per element.
+        if efficiency is None:
+            item = self.src.dtype.itemsize
+            return DmaTransfer(nbytes, item, nbytes // item)
+        return DmaTransfer(nbytes, min(contiguous_run_bytes(self.src), nbytes),
+                           max(1, nbytes // max(contiguous_run_bytes(self.src), 1)), efficiency)

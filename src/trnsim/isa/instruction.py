@@ -1,0 +1,222 @@
+"""The instruction contract every opcode follows, and the helpers opcodes share.
+
+An instruction is a frozen dataclass declared once, with four things side by side:
+- ``reads()`` / ``writes()``: its operands as access patterns (the simulator derives dependencies);
+- ``check(core)``: legality on a NeuronCore version, raising TrnsimErrors that name the limit;
+- ``execute(state)``: its semantics in numpy against an `ExecutionState` (the living definition);
+- ``cost(core)``: a `Cost` in nanoseconds computed from cycles and the engine's clock.
+
+Timing model of an engine instruction (hardware.md section 6): the engine is busy for the issue
+interval (`Cost.busy_ns`, e.g. max(MIN_II, N) cycles), and the result is visible to dependent
+instructions `Cost.latency_ns` after the start (busy + the fixed per-instruction overhead and the
+SBUF/PSUM access set-up). Independent instructions therefore stream at the issue interval, while a
+read-after-write chain pays the full latency each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError, UnsupportedError
+from trnsim.isa.access import MAX_FREE_DIMS, MAX_FREE_SIZE, AccessPattern, Memory
+from trnsim.numerics import check_supported
+
+if TYPE_CHECKING:
+    from trnsim.hardware import CoreSpec, EngineSpec
+
+
+class Engine(str, Enum):
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    GPSIMD = "gpsimd"
+    SYNC = "sync"
+    DMA = "dma"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Which memories each engine may read and write (hardware.md section 1: TensorE reads SBUF and
+# writes PSUM only; GpSimd is wired to SBUF; DMA moves between HBM and SBUF).
+ENGINE_MEMORIES: dict[Engine, tuple[frozenset[Memory], frozenset[Memory]]] = {
+    Engine.TENSOR: (frozenset({Memory.SBUF}), frozenset({Memory.PSUM})),
+    Engine.VECTOR: (frozenset({Memory.SBUF, Memory.PSUM}), frozenset({Memory.SBUF, Memory.PSUM})),
+    Engine.SCALAR: (frozenset({Memory.SBUF, Memory.PSUM}), frozenset({Memory.SBUF, Memory.PSUM})),
+    Engine.GPSIMD: (frozenset({Memory.SBUF}), frozenset({Memory.SBUF})),
+    Engine.DMA: (frozenset({Memory.HBM, Memory.SBUF}), frozenset({Memory.HBM, Memory.SBUF})),
+    Engine.SYNC: (frozenset(), frozenset()),
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    busy_ns: float  # the engine (or DMA queue) is occupied this long
+    latency_ns: float  # results visible to dependents this long after the start (>= busy_ns)
+
+
+class ExecutionState(Protocol):
+    """What an instruction's semantics may touch. Implemented by `trnsim.sim`."""
+
+    core: CoreSpec
+
+    def read(self, ap: AccessPattern) -> np.ndarray:
+        """Stored values, dtype ap.dtype.np_dtype, shape ap.shape. Treat as read-only."""
+
+    def read_compute(self, ap: AccessPattern) -> np.ndarray:
+        """Values in the engines' compute format (float32; see trnsim.numerics.to_compute)."""
+
+    def write(self, ap: AccessPattern, values: np.ndarray) -> None:
+        """Store values (broadcastable to ap.shape), cast to ap.dtype with the process rounding."""
+
+    def accumulate(self, ap: AccessPattern, values: np.ndarray) -> None:
+        """PSUM near-memory read-add-write in fp32."""
+
+    def engine_state(self, engine: Engine) -> dict:
+        """Per-engine scratch state (TensorE's loaded stationary tile, RNG state, ...)."""
+
+    def random_uniform(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Float32 uniform [0, 1) from the core's seeded counter-based generator."""
+
+
+def cycles_to_ns(cycles: float, clock_hz: float) -> float:
+    return cycles * 1e9 / clock_hz
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instruction:
+    """Base of every opcode. Subclasses set OPCODE and ENGINES (the first is the default)."""
+
+    OPCODE: ClassVar[str] = ""
+    ENGINES: ClassVar[tuple[Engine, ...]] = ()
+
+    engine: Engine | None = None
+    source: str | None = None  # the user's file:line, attached by front ends
+    label: str = ""  # the API call that produced it (e.g. "nisa.nc_matmul"), for errors and profiles
+
+    def __post_init__(self) -> None:
+        if self.engine is None:
+            object.__setattr__(self, "engine", self.ENGINES[0])
+        elif not isinstance(self.engine, Engine):
+            object.__setattr__(self, "engine", Engine(str(getattr(self.engine, "value", self.engine))))
+
+    # --- the four declarations -----------------------------------------------------------------
+    def reads(self) -> tuple[AccessPattern, ...]:
+        return ()
+
+    def writes(self) -> tuple[AccessPattern, ...]:
+        return ()
+
+    def execute(self, state: ExecutionState) -> None:
+        raise NotImplementedError(self.OPCODE)
+
+    def cost(self, core: CoreSpec) -> Cost:
+        raise NotImplementedError(self.OPCODE)
+
+    def check(self, core: CoreSpec) -> None:
+        """Generic legality: engine choice, memories, partitions, free dims, dtypes."""
+        if self.engine not in self.ENGINES:
+            allowed = ", ".join(str(e) for e in self.ENGINES)
+            self.fail(InvalidArgumentError(f"{self.name}: engine {self.engine} cannot run this "
+                                           f"instruction (allowed: {allowed})"))
+        if self.engine is Engine.GPSIMD and core.gpsimd is None:
+            self.fail(UnsupportedError(f"{self.name}: {core.name} has no GpSimd engine"))
+        can_read, can_write = ENGINE_MEMORIES[self.engine]
+        for ap in self.reads():
+            self._check_operand(core, ap, can_read, "read")
+        for ap in self.writes():
+            self._check_operand(core, ap, can_write, "write")
+
+    def flops(self) -> int:
+        """Useful floating-point operations (TensorE: 2*M*N*K), for utilisation reports."""
+        return 0
+
+    # --- helpers -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.label or self.OPCODE
+
+    def fail(self, error: TrnsimError):
+        raise error.at(self.source)
+
+    def limit(self, what: str, value, limit, core: CoreSpec) -> None:
+        """Raise a LimitExceededError if value > limit."""
+        if value > limit:
+            self.fail(LimitExceededError(f"{self.name}: {what}", value, limit, context=core.name))
+
+    def _check_operand(self, core: CoreSpec, ap: AccessPattern, allowed: frozenset[Memory],
+                       mode: str) -> None:
+        if ap.memory not in allowed:
+            names = ", ".join(sorted(m.value for m in allowed)) or "nothing"
+            self.fail(InvalidArgumentError(
+                f"{self.name}: the {self.engine} engine cannot {mode} {ap.memory} "
+                f"(operand {ap.describe()}; it can {mode} {names})"))
+        try:
+            check_supported(ap.dtype, core, what=self.name)
+        except TrnsimError as error:
+            self.fail(error)
+        if len(ap.dims) > MAX_FREE_DIMS:
+            self.limit("free dimensions of an access pattern", len(ap.dims), MAX_FREE_DIMS, core)
+        for _, size in ap.dims:
+            self.limit("free dimension size", size, MAX_FREE_SIZE, core)
+        if ap.memory is Memory.HBM:
+            return
+        self.limit("partition count", ap.partitions, core.partitions, core)
+        p0, p1 = ap.partition_range()
+        self.limit("partition end", p1, core.partitions, core)
+        if p0 < 0:
+            self.fail(InvalidArgumentError(f"{self.name}: negative start partition {p0}"))
+        if self.engine is not Engine.DMA:
+            self._check_start_partition(ap, core)
+        capacity = (core.sbuf_bytes_per_partition if ap.memory is Memory.SBUF
+                    else core.psum_bytes_per_partition)
+        low, high = ap.byte_span()
+        if low < 0 or high > capacity:
+            self.fail(LimitExceededError(f"{self.name}: {ap.memory} byte range [{low}, {high}) of "
+                                         f"{ap.describe()} end", high, capacity,
+                                         context=f"{core.name} {ap.memory} bytes per partition"))
+
+    def _check_start_partition(self, ap: AccessPattern, core: CoreSpec) -> None:
+        """Compute engines start at quadrant boundaries (hardware.md: start-partition rules)."""
+        count, start = ap.partitions, ap.partition_start
+        allowed = (0,) if count > 64 else (0, 64) if count > 32 else (0, 32, 64, 96)
+        if start not in allowed:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: start partition {start} is not allowed for an access of {count} "
+                f"partitions on {core.name} (allowed starts: {', '.join(map(str, allowed))})"))
+
+
+def engine_spec(core: CoreSpec, engine: Engine) -> EngineSpec:
+    spec = {Engine.VECTOR: core.vector, Engine.SCALAR: core.scalar, Engine.GPSIMD: core.gpsimd}[engine]
+    if spec is None:
+        raise UnsupportedError(f"{core.name} has no {engine} engine")
+    return spec
+
+
+def streaming_cost(core: CoreSpec, engine: Engine, n: int, *, factor: float = 1.0,
+                   extra_cycles: float = 0.0, min_ii_cycles: float | None = None,
+                   speedup: float = 1.0, strided: bool = False, accesses: int = 2) -> Cost:
+    """The Vector/Scalar/GpSimd cost formula (hardware.md section 6), in one place.
+
+    busy = max(MIN_II, factor * N / (rate * speedup) [x2 if strided]) + extra cycles;
+    latency = busy + static overhead + access set-up per SBUF/PSUM operand.
+    """
+    spec = engine_spec(core, engine)
+    costs = core.costs
+    stream = factor * n / (spec.elements_per_lane_per_cycle * speedup)
+    if strided:
+        stream *= costs.strided_rate_divisor
+    floor = costs.min_ii_cycles if min_ii_cycles is None else min_ii_cycles
+    busy = max(floor, stream) + extra_cycles
+    latency = busy + costs.static_overhead_cycles + costs.access_setup_cycles * accesses
+    return Cost(cycles_to_ns(busy, spec.clock_hz), cycles_to_ns(latency, spec.clock_hz))
+
+
+def is_strided(core: CoreSpec, *aps: AccessPattern) -> bool:
+    """An innermost stride over 16 B halves the SBUF/PSUM streaming rate."""
+    return any(ap.innermost_stride_bytes > core.costs.strided_threshold_bytes for ap in aps
+               if ap.on_chip)

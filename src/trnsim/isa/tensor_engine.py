@@ -1,0 +1,226 @@
+"""TensorE: LoadStationary, MultiplyMoving and the PF-transpose.
+
+`nc_matmul` lowers to LoadStationary (LS) then MultiplyMoving (MM) and computes
+``stationary.T @ moving`` into PSUM in fp32: stationary [K<=128, M<=128], moving [K, N<=512],
+result [M, N]. LS runs in the engine's load pipeline ("background LS"), so the simulator may
+overlap it with the previous MM; `PIPELINE` says which pipeline an instruction uses.
+
+Inputs are multiplied in their own dtype: bf16/fp16/fp8 products are exact in fp32, tfloat32 is
+read with its mantissa rounded to 10 bits, fp32 stays fp32. Accumulation is fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, UnsupportedError
+from trnsim.isa.access import AccessPattern, Memory
+from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, cycles_to_ns
+from trnsim.numerics import round_tf32
+
+DOUBLE_ROW = "double_row"
+
+
+def _tensor_input(state: ExecutionState, ap: AccessPattern) -> np.ndarray:
+    values = state.read_compute(ap)
+    if ap.dtype.name == "tfloat32":
+        values = round_tf32(values)
+    return values
+
+
+def matmul_rate(core, *dtypes, perf_mode: str | None = None) -> float:
+    """MACs per PE per cycle relative to BF16 for these input dtypes (slowest input wins)."""
+    rates = []
+    for dt in dtypes:
+        precision = dt.precision or "fp32"
+        if precision == "fp8":
+            # The catalog's fp8 rate is the fast path: double-row on v3, MX on v4. Plain fp8 runs
+            # at the bf16 rate.
+            fast = core.version == 3 and perf_mode == DOUBLE_ROW
+            rate = core.tensor.rate("fp8") if fast else core.tensor.rate("bf16")
+        else:
+            rate = core.tensor.rate(precision)
+        if rate is None:
+            raise UnsupportedError(f"TensorE on {core.name} does not multiply {dt.name}")
+        rates.append(rate)
+    return min(rates)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadStationary(Instruction):
+    """Load the stationary tile [K, M] into the PE array (fast LS: about M/4 cycles)."""
+
+    OPCODE: ClassVar[str] = "LoadStationary"
+    ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.TENSOR,)
+    PIPELINE: ClassVar[str] = "load"
+
+    src: AccessPattern
+    perf_mode: str | None = None
+
+    def reads(self):
+        return (self.src,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        self.limit("stationary partition (contraction) size", self.src.partitions, core.partitions, core)
+        self.limit("stationary free size", self.stationary_free, core.tensor.max_stationary_free, core)
+        if self.perf_mode == DOUBLE_ROW and core.version != 3:
+            self.fail(UnsupportedError(f"{self.name}: matmul_perf_mode double_row needs NeuronCore-v3 "
+                                       f"(target is {core.name})"))
+
+    @property
+    def stationary_free(self) -> int:
+        sizes = self.src.free_shape
+        return sizes[-1] if self.perf_mode == DOUBLE_ROW else self.src.free_size
+
+    def execute(self, state: ExecutionState) -> None:
+        values = _tensor_input(state, self.src)
+        if self.perf_mode == DOUBLE_ROW:  # [K, 2, M] -> rows (k, r) flattened: K'=2K
+            values = values.reshape(self.src.partitions * 2, -1)
+        else:
+            values = values.reshape(self.src.partitions, -1)
+        state.engine_state(Engine.TENSOR)["stationary"] = values
+
+    def cost(self, core) -> Cost:
+        rate = matmul_rate(core, self.src.dtype, perf_mode=self.perf_mode)
+        cycles = max(1.0, self.stationary_free / core.tensor.fast_load_stationary_divisor) / min(rate, 1.0)
+        ns = cycles_to_ns(cycles, core.tensor.clock_hz)
+        return Cost(ns, ns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiplyMoving(Instruction):
+    """Stream the moving tile [K, N] through the loaded array: dst[M, N] (+)= stationary.T @ moving."""
+
+    OPCODE: ClassVar[str] = "MultiplyMoving"
+    ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.TENSOR,)
+    PIPELINE: ClassVar[str] = "multiply"
+
+    dst: AccessPattern
+    moving: AccessPattern
+    stationary: AccessPattern  # the tile the preceding LoadStationary loaded (for checks and cost)
+    accumulate: bool = False  # False: overwrite PSUM (start of an accumulation group)
+    perf_mode: str | None = None
+    moving_onezero: bool = False  # fp32 hint: halves the fp32 cost
+
+    def reads(self):
+        return (self.moving,)
+
+    def writes(self):
+        return (self.dst,)
+
+    @property
+    def m(self) -> int:
+        return self.stationary.free_shape[-1] if self.perf_mode == DOUBLE_ROW else self.stationary.free_size
+
+    @property
+    def n(self) -> int:
+        return self.moving.free_shape[-1] if self.perf_mode == DOUBLE_ROW else self.moving.free_size
+
+    @property
+    def k(self) -> int:
+        return self.moving.partitions * (2 if self.perf_mode == DOUBLE_ROW else 1)
+
+    def check(self, core) -> None:
+        super().check(core)
+        if self.moving.partitions != self.stationary.partitions:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: stationary and moving must have the same partition (contraction) "
+                f"size; got {self.stationary.partitions} and {self.moving.partitions}"))
+        self.limit("moving free size", self.n, core.tensor.max_moving_free, core)
+        if self.dst.partitions != self.m or self.dst.free_size != self.n:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: PSUM destination shape {list(self.dst.shape)} does not match "
+                f"stationary.T @ moving = [{self.m}, {self.n}]"))
+        if self.dst.dtype.name != "float32" and not (core.version >= 4 and self.dst.dtype.name == "bfloat16"):
+            self.fail(UnsupportedError(f"{self.name}: matmul accumulates in float32 PSUM; destination "
+                                       f"dtype {self.dst.dtype.name} is not supported on {core.name}"))
+        bank = core.psum_bank_bytes_per_partition
+        low, high = self.dst.byte_span()
+        if core.version < 4 and low // bank != (high - 1) // bank:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: PSUM destination bytes [{low}, {high}) cross a {bank}-byte bank "
+                f"boundary; a matmul writes one PSUM bank (at most {bank // 4} fp32 per partition)"))
+
+    def execute(self, state: ExecutionState) -> None:
+        stationary = state.engine_state(Engine.TENSOR).get("stationary")
+        if stationary is None:
+            self.fail(InvalidArgumentError(f"{self.name}: no stationary tile loaded before MultiplyMoving"))
+        moving = _tensor_input(state, self.moving).reshape(self.k, -1)
+        if stationary.shape[0] != moving.shape[0]:
+            self.fail(InvalidArgumentError(f"{self.name}: loaded stationary has K={stationary.shape[0]}, "
+                                           f"moving has K={moving.shape[0]}"))
+        result = np.matmul(stationary.T, moving, dtype=np.float32)
+        result = result.reshape(self.dst.shape)
+        if self.accumulate:
+            state.accumulate(self.dst, result)
+        else:
+            state.write(self.dst, result)
+
+    def cost(self, core) -> Cost:
+        rate = matmul_rate(core, self.stationary.dtype, self.moving.dtype, perf_mode=self.perf_mode)
+        if rate < 1.0 and self.moving_onezero:
+            rate *= 2.0
+        t = core.tensor
+        cycles = max(min(t.mm_moving_min_cycles, self.m), self.n) / min(rate, 1.0)
+        busy = cycles_to_ns(cycles, t.clock_hz)
+        return Cost(busy, busy + cycles_to_ns(t.mm_init_latency_cycles, t.clock_hz))
+
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorTranspose(Instruction):
+    """PF-transpose of src [P, F] into PSUM dst [F, P] on TensorE.
+
+    NeuronCore-v2 does it as a matmul with an identity moving tile, so an Inf or NaN in a column
+    of src turns that whole output row into NaN (0 * Inf); v3+ has a bit-exact transpose mode.
+    """
+
+    OPCODE: ClassVar[str] = "Transpose"
+    ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.TENSOR,)
+    PIPELINE: ClassVar[str] = "multiply"
+
+    dst: AccessPattern
+    src: AccessPattern
+
+    def reads(self):
+        return (self.src,)
+
+    def writes(self):
+        return (self.dst,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        p, f = self.src.partitions, self.src.free_size
+        self.limit("transpose free size", f, core.tensor.max_stationary_free, core)
+        if self.dst.partitions != f or self.dst.free_size != p:
+            self.fail(InvalidArgumentError(f"{self.name}: destination shape {list(self.dst.shape)} "
+                                           f"is not the transpose [{f}, {p}] of the source"))
+        if self.dst.memory is not Memory.PSUM:
+            self.fail(InvalidArgumentError(f"{self.name}: TensorE transposes into PSUM"))
+
+    def execute(self, state: ExecutionState) -> None:
+        src = state.read(self.src).reshape(self.src.partitions, -1)
+        core = state.core
+        if core.version >= 3 and self.dst.dtype.itemsize == self.src.dtype.itemsize:
+            state.write(self.dst, src.T.reshape(self.dst.shape))  # transpose mode: bit exact
+            return
+        values = state.read_compute(self.src).reshape(self.src.partitions, -1)
+        identity = np.eye(self.src.partitions, dtype=np.float32)
+        with np.errstate(invalid="ignore"):
+            result = np.matmul(values.T, identity, dtype=np.float32)
+        state.write(self.dst, result.reshape(self.dst.shape))
+
+    def cost(self, core) -> Cost:
+        p, f = self.src.partitions, self.src.free_size
+        factor = 2.0 if self.src.dtype.itemsize == 4 else 1.0  # fp32: onezero hint / transpose mode
+        t = core.tensor
+        cycles = max(p, min(t.mm_moving_min_cycles, f)) * factor
+        cycles += f / t.fast_load_stationary_divisor  # its LoadStationary of src
+        busy = cycles_to_ns(cycles, t.clock_hz)
+        return Cost(busy, busy + cycles_to_ns(t.mm_init_latency_cycles, t.clock_hz))

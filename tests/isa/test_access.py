@@ -1,0 +1,74 @@
+import pytest
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError
+from trnsim.isa import AccessPattern, Memory, ProgramBuilder, TensorCopy, hbm, sbuf
+from trnsim.numerics import dtype
+
+
+def test_shapes_spans_and_contiguity():
+    ap = sbuf(256, 64, (4, 32), "bfloat16")
+    assert ap.shape == (64, 4, 32) and ap.free_size == 128 and ap.nbytes == 64 * 128 * 2
+    assert ap.byte_span() == (256, 256 + 256)
+    assert ap.is_contiguous
+    strided = AccessPattern(memory=Memory.SBUF, dtype=dtype("float32"), partitions=8,
+                            dims=((64, 4), (2, 8)))
+    assert not strided.is_contiguous
+    assert strided.byte_span() == (0, (64 * 3 + 2 * 7 + 1) * 4)
+    assert strided.innermost_stride_bytes == 8
+
+
+def test_broadcast_and_negative_strides_span():
+    bcast = AccessPattern(memory=Memory.SBUF, dtype=dtype("float32"), partitions=4, dims=((0, 16),),
+                          offset=40)
+    assert bcast.byte_span() == (40, 44)
+    reverse = AccessPattern(memory=Memory.SBUF, dtype=dtype("float32"), partitions=4, dims=((-1, 8),),
+                            offset=64)
+    assert reverse.byte_span() == (64 - 28, 68)
+
+
+def test_hbm_block_of_a_larger_tensor():
+    ap = hbm("w", (16, 8), "float32", offset_elements=3 * 100 + 10, row_elements=100)
+    assert ap.partition_step == 100 and ap.dims == ((1, 8),)
+    assert ap.byte_span() == ((310) * 4, (310 + 15 * 100 + 8) * 4)
+
+
+def test_aps_hash_and_compare_by_value():
+    assert sbuf(0, 8, (4,), "float32") == sbuf(0, 8, (4,), "float32")
+    assert len({sbuf(0, 8, (4,), "float32"), sbuf(0, 8, (4,), "float32")}) == 1
+
+
+def test_builder_allocates_checks_and_verifies():
+    b = ProgramBuilder("t", "v2")
+    x = b.input("x", (256, 64), "float32")
+    t = b.tile((128, 64), "float32", name="t")
+    u = b.tile((128, 64), "float32", name="u")
+    assert u.offset >= t.offset + 256
+    b.emit(TensorCopy(dst=u, src=t))
+    block = x.block((128, 0), (128, 64))
+    assert block.offset == 128 * 64 * 4 and block.partition_step == 64
+    program = b.build()
+    assert program.inputs[0].name == "x" and "TensorCopy" in program.pretty()
+    with pytest.raises(LimitExceededError, match="sbuf allocation"):
+        b.tile((128, 50_000), "float32", name="huge")
+    with pytest.raises(LimitExceededError, match="index range"):
+        x.block((200, 0), (128, 64))
+    with pytest.raises(InvalidArgumentError, match="declared twice"):
+        b.input("x", (1,), "float32")
+
+
+def test_reserved_sbuf_is_not_allocatable_on_v2():
+    b = ProgramBuilder("t", "v2")
+    usable = b.core.sbuf_usable_bytes_per_partition
+    b.tile((128, usable // 4), "float32")
+    with pytest.raises(LimitExceededError, match="16384 reserved"):
+        b.tile((128, 1), "float32")
+
+
+def test_verify_catches_hbm_access_outside_tensor():
+    b = ProgramBuilder("t", "v2")
+    b.input("x", (128, 64), "float32")
+    t = b.tile((128, 128), "float32")
+    from trnsim.isa import DmaCopy
+    b.emit(DmaCopy(dst=t, src=hbm("x", (128, 128), "float32")))
+    with pytest.raises(LimitExceededError, match="HBM tensor x"):
+        b.build()

@@ -1,0 +1,101 @@
+"""TensorE semantics: LS + MM into PSUM, accumulation, dtypes, double-row, transposes."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tests.isa.conftest import tile
+
+from trnsim.isa import LoadStationary, MultiplyMoving, TensorTranspose
+from trnsim.numerics import round_tf32
+
+rng = np.random.default_rng(1)
+
+
+def matmul(state, stationary, moving, dst, accumulate=False, perf_mode=None):
+    LoadStationary(src=stationary, perf_mode=perf_mode).execute(state)
+    MultiplyMoving(dst=dst, moving=moving, stationary=stationary, accumulate=accumulate,
+                   perf_mode=perf_mode).execute(state)
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16),
+                                             ("float8_e4m3", ml_dtypes.float8_e4m3),
+                                             ("float32", np.float32)])
+def test_matmul_is_stationary_transpose_times_moving(state, dtype, np_dtype):
+    k, m, n = 128, 96, 200
+    a = rng.standard_normal((k, m)).astype(np_dtype)
+    b = rng.standard_normal((k, n)).astype(np_dtype)
+    st = state.put(tile((k, m), dtype), a.astype(np.float32))
+    mv = state.put(tile((k, n), dtype), b.astype(np.float32))
+    out = tile((m, n), "float32", "psum")
+    matmul(state, st, mv, out)
+    want = a.astype(np.float64).T @ b.astype(np.float64)  # products of the stored values, exact sum
+    np.testing.assert_allclose(state.read(out), want, rtol=1e-5, atol=1e-4)
+
+
+def test_psum_accumulation_group_over_k(state):
+    k_tiles, m, n = 3, 64, 128
+    a = rng.standard_normal((k_tiles * 128, m)).astype(np.float32)
+    b = rng.standard_normal((k_tiles * 128, n)).astype(np.float32)
+    out = tile((m, n), "float32", "psum")
+    for i in range(k_tiles):
+        st = state.put(tile((128, m)), a[i * 128:(i + 1) * 128])
+        mv = state.put(tile((128, n)), b[i * 128:(i + 1) * 128])
+        matmul(state, st, mv, out, accumulate=i > 0)
+    np.testing.assert_allclose(state.read(out), a.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_overwrite_resets_the_accumulator(state):
+    st = state.put(tile((4, 2)), np.ones((4, 2)))
+    mv = state.put(tile((4, 3)), np.ones((4, 3)))
+    out = tile((2, 3), "float32", "psum")
+    matmul(state, st, mv, out)
+    matmul(state, st, mv, out, accumulate=True)
+    assert np.all(state.read(out) == 8)
+    matmul(state, st, mv, out, accumulate=False)
+    assert np.all(state.read(out) == 4)
+
+
+def test_tfloat32_inputs_are_rounded_to_10_bit_mantissa(state):
+    a = np.full((1, 1), 1 + 2**-12, np.float32)  # not representable in tf32: rounds to 1.0
+    st = state.put(tile((1, 1), "tfloat32"), a)
+    mv = state.put(tile((1, 1), "tfloat32"), np.ones((1, 1), np.float32))
+    out = tile((1, 1), "float32", "psum")
+    matmul(state, st, mv, out)
+    assert state.read(out)[0, 0] == round_tf32(a)[0, 0] == 1.0
+    st32 = state.put(tile((1, 1), "float32"), a)
+    mv32 = state.put(tile((1, 1), "float32"), np.ones((1, 1), np.float32))
+    matmul(state, st32, mv32, out)
+    assert state.read(out)[0, 0] == np.float32(1 + 2**-12)  # fp32 matmul is exact fp32
+
+
+def test_double_row_fp8_contracts_over_both_rows(state_v3):
+    a = rng.standard_normal((128, 2, 64)).astype(ml_dtypes.float8_e4m3)
+    b = rng.standard_normal((128, 2, 256)).astype(ml_dtypes.float8_e4m3)
+    st = state_v3.put(tile((128, 2, 64), "float8_e4m3"), a.astype(np.float32))
+    mv = state_v3.put(tile((128, 2, 256), "float8_e4m3"), b.astype(np.float32))
+    out = tile((64, 256), "float32", "psum")
+    matmul(state_v3, st, mv, out, perf_mode="double_row")
+    want = np.einsum("krm,krn->mn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(state_v3.read(out), want, rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_transpose_v3_is_bit_exact_with_nan_and_inf(state_v3):
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    x[3, 5], x[7, 1] = np.inf, np.nan
+    src = state_v3.put(tile((32, 16)), x)
+    dst = tile((16, 32), "float32", "psum")
+    TensorTranspose(dst=dst, src=src).execute(state_v3)
+    got = state_v3.read(dst)
+    np.testing.assert_array_equal(got.view(np.uint32), x.T.view(np.uint32))
+
+
+def test_tensor_transpose_v2_is_identity_matmul_so_inf_poisons_its_row(state):
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    x[3, 5] = np.inf
+    src = state.put(tile((32, 16)), x)
+    dst = tile((16, 32), "float32", "psum")
+    TensorTranspose(dst=dst, src=src).execute(state)
+    got = state.read(dst)
+    assert np.isnan(got[5]).sum() == 31 and got[5, 3] == np.inf  # 0 * inf = NaN elsewhere
+    clean = np.delete(np.arange(16), 5)
+    np.testing.assert_array_equal(got[clean], x.T[clean])
