@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from tests.isa.conftest import ref_cast, tile
 
+from tests.isa.conftest import ref_cast, tile
 from trnsim.isa import (
     Activation,
     AffineSelect,

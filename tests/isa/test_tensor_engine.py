@@ -3,8 +3,8 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from tests.isa.conftest import tile
 
+from tests.isa.conftest import tile
 from trnsim.isa import LoadStationary, MultiplyMoving, TensorTranspose
 from trnsim.numerics import round_tf32
 

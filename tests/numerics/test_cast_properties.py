@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from bitref import FORMATS, decode, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.numerics.bitref import FORMATS, decode, encode
 from trnsim.numerics import CounterRNG, cast, dtype, to_compute
 
 FLOAT_TARGETS = [f.name for f in FORMATS] + ["tfloat32"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bitref import (
+
+from tests.numerics.bitref import (
     BF16,
     E4M3,
     E4M3FN,
@@ -25,7 +26,6 @@ from bitref import (
     midpoints,
     tf32_bits,
 )
-
 from trnsim.numerics import cast, round_tf32
 
 RANDOM_PATTERNS = 2_000_000  # per format; with the ranged values, ~15M conversions in all

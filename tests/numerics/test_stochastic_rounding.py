@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bitref import BF16, E4M3, E4M3FN, E5M2, FORMATS, FP16, TF32, Format, decode, encode, tf32_bits
 
+from tests.numerics.bitref import (
+    BF16,
+    E4M3,
+    E4M3FN,
+    E5M2,
+    FORMATS,
+    FP16,
+    TF32,
+    Format,
+    decode,
+    encode,
+    tf32_bits,
+)
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.hardware import core
 from trnsim.numerics import CounterRNG, cast, default_rounding, reset_default_rng, round_tf32

@@ -8,8 +8,8 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from bitref import E4M3FN, encode
 
+from tests.numerics.bitref import E4M3FN, encode
 from trnsim.errors import InvalidArgumentError
 from trnsim.numerics import CounterRNG, cast, mx_max_exponent, mx_scale, pack_x4, to_compute, unpack_x4
 
