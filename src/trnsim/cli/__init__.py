@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from trnsim.cli import instances, ls  # noqa: F401  (registers commands)
+from trnsim.cli import instances, ls, nccom  # noqa: F401  (registers commands)
 from trnsim.cli.app import app, err_console, state
 from trnsim.errors import TrnsimError
 
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     except TrnsimError as error:
         if state.debug:
             raise
-        err_console().print(f"trnsim: error: {error}", markup=False, highlight=False)
+        err_console().print(f"trnsim: error: {error}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

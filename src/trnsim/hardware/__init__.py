@@ -14,6 +14,7 @@ from trnsim.hardware.cores import (
     InstructionCosts,
     TensorEngineSpec,
 )
+from trnsim.hardware.fabric import FABRICS, FabricSpec, efa_bytes_per_s_per_chip, fabric_spec
 from trnsim.hardware.instances import INSTANCES, InstanceSpec
 from trnsim.hardware.spec import ASSUMPTION, Alternative
 from trnsim.hardware.topology import Link, Topology
@@ -22,6 +23,7 @@ __all__ = [
     "ASSUMPTION",
     "CHIPS",
     "CORES",
+    "FABRICS",
     "INSTANCES",
     "MATMUL_PRECISIONS",
     "Alternative",
@@ -29,6 +31,7 @@ __all__ = [
     "CoreSpec",
     "DmaSpec",
     "EngineSpec",
+    "FabricSpec",
     "InstanceSpec",
     "InstructionCosts",
     "Link",
@@ -36,6 +39,8 @@ __all__ = [
     "Topology",
     "chip",
     "core",
+    "efa_bytes_per_s_per_chip",
+    "fabric_spec",
     "instance",
     "instance_names",
 ]
