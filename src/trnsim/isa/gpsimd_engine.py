@@ -32,6 +32,19 @@ def affine_values(shape: tuple[int, ...], base: int, partition_step: int,
     return value
 
 
+def _check_steps(instruction: Instruction, ap: AccessPattern) -> None:
+    free = instruction.free_shape or ap.free_shape
+    if len(instruction.steps) != len(free):
+        instruction.fail(InvalidArgumentError(f"{instruction.name}: {len(instruction.steps)} steps for "
+                                              f"{len(free)} free dimensions"))
+    size = 1
+    for n in free:
+        size *= n
+    if size != ap.free_size:
+        instruction.fail(InvalidArgumentError(f"{instruction.name}: logical free shape {list(free)} "
+                                              f"does not match the operand's {ap.free_size} elements"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class TensorPartitionReduce(Instruction):
     """dst[0, :] = op over partitions of src (add, max, min, bitwise and/or)."""
@@ -85,18 +98,18 @@ class Iota(Instruction):
     base: int = 0
     partition_step: int = 0
     steps: tuple[int, ...] = ()
+    free_shape: tuple[int, ...] = ()  # logical free shape `steps` refer to (default: dst's dims)
 
     def writes(self):
         return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
-        if len(self.steps) != len(self.dst.dims):
-            self.fail(InvalidArgumentError(f"{self.name}: {len(self.steps)} steps for "
-                                           f"{len(self.dst.dims)} free dimensions"))
+        _check_steps(self, self.dst)
 
     def execute(self, state: ExecutionState) -> None:
-        value = affine_values(self.dst.shape, self.base, self.partition_step, self.steps)
+        shape = (self.dst.partitions, *(self.free_shape or self.dst.free_shape))
+        value = affine_values(shape, self.base, self.partition_step, self.steps).reshape(self.dst.shape)
         state.write(self.dst, value.astype(np.int32).astype(np.float64 if self.dst.dtype.is_int
                                                               else np.float32))
 
@@ -119,6 +132,7 @@ class AffineSelect(Instruction):
     partition_step: int = 0
     steps: tuple[int, ...] = ()
     fill: float = 0.0
+    free_shape: tuple[int, ...] = ()  # logical free shape `steps` refer to (default: src's dims)
 
     def reads(self):
         return (self.src,)
@@ -130,16 +144,15 @@ class AffineSelect(Instruction):
         super().check(core)
         if alu_op(self.cmp).kind != "compare":
             self.fail(InvalidArgumentError(f"{self.name}: {self.cmp} is not a comparison"))
-        if len(self.steps) != len(self.src.dims):
-            self.fail(InvalidArgumentError(f"{self.name}: {len(self.steps)} steps for "
-                                           f"{len(self.src.dims)} free dimensions"))
+        _check_steps(self, self.src)
         if self.src.partitions != self.dst.partitions or self.src.free_size != self.dst.free_size:
             self.fail(InvalidArgumentError(f"{self.name}: input and output shapes differ"))
 
     def execute(self, state: ExecutionState) -> None:
         # The partition index counts from the operand's start partition, as NKI's i_p does.
-        pred = affine_values(self.src.shape, self.base, self.partition_step, self.steps)
-        keep = alu_op(self.cmp)(pred.astype(np.float64), 0.0) != 0
+        shape = (self.src.partitions, *(self.free_shape or self.src.free_shape))
+        pred = affine_values(shape, self.base, self.partition_step, self.steps)
+        keep = (alu_op(self.cmp)(pred.astype(np.float64), 0.0) != 0).reshape(self.src.shape)
         values = state.read_compute(self.src)
         state.write(self.dst, np.where(keep, values, np.float32(self.fill)).reshape(self.dst.shape))
 

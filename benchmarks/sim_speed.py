@@ -1,0 +1,188 @@
+"""How fast the simulator simulates: prints one JSON object with three figures (and their parts).
+
+1. timing-only throughput (instructions simulated per second, `simulate(mode="timing")` end to
+   end: verification, scheduling, profile) on a 4096x8192x8192 bf16 tiled GEMM (~67K
+   instructions) as a compiler would emit it. Also the worst case, the same program with the
+   planner's reuse of equal instructions switched off, so every instruction pays `check` and
+   `cost` (the isa's Python) and its own planning. Target: >= 200,000 instructions/s.
+2. functional overhead per instruction: a program of small instructions (Vector, Scalar, GpSimd,
+   DMA on [128, 8] tiles) run functionally, minus the same instructions' numpy semantics run on
+   a trivial state (preallocated arrays, no byte addressing, no timing). Target: <= 20 us.
+3. memory: peak RSS of a functional 1024x2048x2048 GEMM run in a fresh process, against the
+   simulated SBUF + PSUM + touched HBM. Target: within 2x.
+
+    PYTHONPATH=src python benchmarks/sim_speed.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from trnsim.isa import Activation, DmaCopy, TensorCopy, TensorScalar, TensorTensor
+from trnsim.numerics import cast, to_compute
+from trnsim.sim import simulate
+from trnsim.sim.plan import Planner
+from trnsim.sim.synthetic import tiled_matmul
+
+
+def _best_rate(program, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        simulate(program, mode="timing")
+        times.append(time.perf_counter() - start)
+    return len(program.instructions) / min(times)
+
+
+def timing_throughput() -> dict:
+    program = tiled_matmul(4096, 8192, 8192)
+    rate = _best_rate(program)
+    reuse = Planner.key
+    Planner.key = lambda self, ins: object()  # every instruction a new key: nothing reused
+    try:
+        no_reuse = _best_rate(program, repeats=1)
+    finally:
+        Planner.key = reuse
+    return {"program": program.name, "instructions": len(program.instructions),
+            "instructions_per_s": round(rate), "no_plan_reuse_instructions_per_s": round(no_reuse)}
+
+
+def _small_program(count: int):
+    from trnsim.isa import ProgramBuilder
+
+    b = ProgramBuilder("small_ops", "v2")
+    x = b.input("x", (128, 8), "float32")
+    out = b.output("out", (128, 8), "float32")
+    tiles = [b.tile((128, 8), "float32") for _ in range(4)]
+    low = b.tile((128, 8), "bfloat16")
+    b.emit(DmaCopy(dst=tiles[0], src=x.block()))
+    body = [TensorTensor(dst=tiles[1], in0=tiles[0], in1=tiles[0], op="add"),
+            Activation(dst=tiles[2], src=tiles[1], func="exp"),
+            TensorScalar(dst=tiles[3], src=tiles[2], op0="multiply", operand0=0.5, engine="gpsimd"),
+            TensorCopy(dst=low, src=tiles[3]),
+            TensorCopy(dst=tiles[0], src=low, engine="scalar"),
+            DmaCopy(dst=out.block(), src=tiles[0])]
+    while len(b.program.instructions) < count:
+        b.emit(*body)
+    return b.build()
+
+
+class _ArrayState:
+    """The numpy work alone: every access pattern owns a preallocated array."""
+
+    def __init__(self, core, program):
+        self.core = core
+        self.arrays = {}
+        self.scratch = {}
+        for ins in program.instructions:
+            for ap in (*ins.reads(), *ins.writes()):
+                self.arrays.setdefault(ap, np.ones(ap.shape, ap.dtype.np_dtype))
+
+    def read(self, ap):
+        return self.arrays[ap]
+
+    def read_compute(self, ap):
+        return to_compute(self.arrays[ap], ap.dtype)
+
+    def write(self, ap, values):
+        values = np.asarray(values)
+        if values.dtype != ap.dtype.np_dtype:
+            values = cast(values, ap.dtype)
+        self.arrays[ap][...] = values
+
+    def accumulate(self, ap, values):
+        self.arrays[ap] += values
+
+    def engine_state(self, engine):
+        return self.scratch.setdefault(engine, {})
+
+    def random_uniform(self, shape):
+        return np.zeros(shape, np.float32)
+
+
+def functional_overhead(count: int = 30000) -> dict:
+    program = _small_program(count)
+    inputs = {"x": np.ones((128, 8), np.float32)}
+    n = len(program.instructions)
+    functional, timing, semantics = [], [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        simulate(program, inputs)
+        functional.append((time.perf_counter() - start) / n)
+        start = time.perf_counter()
+        simulate(program, mode="timing")
+        timing.append((time.perf_counter() - start) / n)
+        state = _ArrayState(program.target, program)
+        start = time.perf_counter()
+        for ins in program.instructions:
+            ins.execute(state)
+        semantics.append((time.perf_counter() - start) / n)
+    f, t, s = min(functional), min(timing), min(semantics)
+    return {"instructions": n, "tile": [128, 8],
+            "functional_us_per_instruction": round(f * 1e6, 2),
+            "timing_only_us_per_instruction": round(t * 1e6, 2),
+            "semantics_alone_us_per_instruction": round(s * 1e6, 2),
+            "overhead_us_per_instruction": round((f - s) * 1e6, 2)}
+
+
+_MEMORY_CHILD = """
+import json
+import numpy as np
+from trnsim.sim import simulate
+from trnsim.sim.plan import Planner
+from trnsim.sim.synthetic import tiled_matmul
+
+def rss(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+
+m, k, n = 1024, 2048, 2048
+program = tiled_matmul(m, k, n)
+rng = np.random.default_rng(0)
+inputs = {name: rng.standard_normal(program.tensors[name].shape, np.float32).astype(
+              program.tensors[name].dtype.np_dtype) for name in ("at", "b")}
+before = rss("VmRSS")
+result = simulate(program, inputs)
+core = program.target
+hbm = sum(t.nbytes for t in program.tensors.values())
+onchip = core.sbuf_bytes + core.psum_bytes
+print(json.dumps({"rss_before_run": before, "peak_rss": rss("VmHWM"), "simulated_bytes": hbm + onchip,
+                  "simulated_hbm_bytes": hbm, "simulated_onchip_bytes": onchip,
+                  "instructions": len(program.instructions)}))
+"""
+
+
+def memory() -> dict:
+    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD], capture_output=True, text=True, check=True)
+    figures = json.loads(out.stdout)
+    simulated = figures["simulated_bytes"]
+    figures["peak_rss_over_simulated"] = round(figures["peak_rss"] / simulated, 3)
+    figures["run_growth_over_simulated"] = round((figures["peak_rss"] - figures["rss_before_run"])
+                                                 / simulated, 3)
+    return figures
+
+
+def main() -> None:
+    timing = timing_throughput()
+    functional = functional_overhead()
+    mem = memory()
+    print(json.dumps({
+        "timing_only_instructions_per_s": timing["instructions_per_s"],
+        "functional_overhead_us_per_instruction": functional["overhead_us_per_instruction"],
+        "peak_rss_over_simulated_memory": mem["run_growth_over_simulated"],
+        "targets": {"timing_only_instructions_per_s": ">= 200000",
+                    "functional_overhead_us_per_instruction": "<= 20",
+                    "peak_rss_over_simulated_memory": "<= 2 (RSS growth during the run)"},
+        "details": {"timing": timing, "functional": functional, "memory": mem,
+                    "method": "times are the best of 3 runs"},
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()

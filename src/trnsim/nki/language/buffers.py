@@ -1,0 +1,66 @@
+"""Buffer names, par_dim, SPMD placement markers and nl.tile_size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+sbuf = "sbuf"
+psum = "psum"
+hbm = "private_hbm"  # legacy: hbm is an alias of private_hbm
+private_hbm = "private_hbm"
+shared_hbm = "shared_hbm"
+BUFFERS = ("sbuf", "psum", "hbm", "private_hbm", "shared_hbm")
+
+
+@dataclass(frozen=True)
+class par_dim:
+    """Marks the partition dimension in a shape: (4, nl.par_dim(128), 512)."""
+
+    size: int
+
+    def __int__(self) -> int:
+        return self.size
+
+    def __index__(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True)
+class nc:
+    """kernel[nl.nc(2)]: spread the launch grid's instances over NeuronCores."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class spmd_dim:
+    """kernel[nl.spmd_dim(4, nl.nc(2))]: a grid dimension of `size`, sharded over NeuronCores."""
+
+    size: int
+    placement: nc | int | None = None
+
+
+def split_shape(shape) -> tuple[tuple[int, ...], int]:
+    """(plain int shape, index of the partition dim). Without par_dim, dim 0 is the partition."""
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    return tuple(int(s) for s in shape), (marks[0] if marks else 0)
+
+
+class tile_size:
+    """Tile-size limits (NeuronCore-v2/v3 values from the architecture guides)."""
+
+    pmax = 128
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 4
+    total_available_sbuf_size = 176 * 1024  # NC-v2: 192 KiB per partition minus 16 KiB reserved
+    sbuf_size_bytes = 192 * 1024
+    sbuf_fmax_bytes = 176 * 1024
+    sbuf_fmax = 176 * 1024 // 4

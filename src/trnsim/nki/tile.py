@@ -1,0 +1,462 @@
+"""Tiles and tensors as kernels see them: shaped views over HBM tensors and on-chip buffers.
+
+A `Tile` is a view: per axis a size and how one step moves the address (partition step `pstep`
+and free-element step `fstep`), plus a start (`poffset`, `foffset`). Indexing composes views; an
+instruction operand becomes an `isa.AccessPattern` with `access()`. Axes remember the arange that
+indexed them (`tag`) so `mask=` can shrink them.
+
+A tile produced by an nl/nisa call is *pending* until it is placed: assigning it (``t[...] =
+nl.exp(x)``) emits the instruction straight into the destination, as the NKI compiler does;
+otherwise it is materialised into a fresh tile before the next instruction is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from math import prod
+from typing import TYPE_CHECKING
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError
+from trnsim.isa import AccessPattern, Memory
+from trnsim.nki.indexing import DynSlice, IndexExpr, Predicate
+from trnsim.numerics import DType
+from trnsim.numerics import dtype as as_dtype
+
+if TYPE_CHECKING:
+    from trnsim.nki.trace import Trace
+
+MAX_FREE_DIMS = 4
+
+
+@dataclass(frozen=True)
+class Axis:
+    size: int
+    pstep: int = 0  # partitions per index step (on-chip partition axis: 1)
+    fstep: int = 0  # elements per index step within a partition / within the HBM tensor
+    tag: int | None = None  # uid of the arange that indexed this axis
+
+
+@dataclass
+class Storage:
+    """What a tile's bytes live in: an HBM tensor or an on-chip allocation."""
+
+    memory: Memory
+    dtype: DType
+    name: str
+    buffer: str  # the NKI buffer name: sbuf, psum, hbm, shared_hbm, private_hbm
+    offset: int = 0  # on-chip: byte offset within each partition
+    partitions: int = 0  # on-chip: partitions allocated
+    bytes_per_partition: int = 0
+    scope: tuple = ()  # loop scope chain at allocation (on-chip)
+    freed: bool = False
+    # Byte ranges (within each partition) of a PSUM nl.zeros tile not yet written: a matmul into
+    # them starts a fresh accumulation group instead of adding to a memset.
+    zero_ranges: list = field(default_factory=list)
+    is_input: bool = False
+    source: str | None = None
+    freed_by: tuple = ()  # (loop kind, iteration, loop source) once its scope ended
+    free_callback: Callable[[], None] | None = field(default=None, repr=False)
+
+
+@dataclass
+class Pending:
+    """An instruction waiting for its destination: emit(dst_tile, accumulate) writes it there."""
+
+    emit: Callable[[Tile, bool], None]
+    buffer: str  # where to materialise if never assigned: "sbuf" or "psum"
+    tags: tuple[int | None, ...] = ()  # arange tags of the result axes, for masks on the destination
+    matmul: bool = False  # `psum += pending` accumulates
+    accumulate: bool = False  # set when placed by `+=` into a PSUM tile already holding a sum
+
+
+class Tile:
+    """An NKI tensor/tile view. Kernels get these for their arguments and from nl/nisa calls."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, trace: Trace, storage: Storage | None, axes: tuple[Axis, ...], dtype: DType,
+                 poffset: int = 0, foffset: int = 0, pending: Pending | None = None,
+                 name: str = "", checks: tuple = ()) -> None:
+        self._trace = trace
+        self._storage = storage
+        self._axes = axes
+        self._dtype = dtype
+        self._poffset = poffset
+        self._foffset = foffset
+        self._pending = pending
+        self.name = name
+        # Index-expression bounds to verify once masks are known: (axis index, dim size, const,
+        # ((tag, coef, size), ...)). NKI allows out-of-range index tiles where a mask cuts them.
+        self._checks = checks
+
+    # --- basic properties ----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self._axes)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._axes)
+
+    @property
+    def dtype(self):
+        return self._trace.user_dtype(self._dtype)
+
+    @property
+    def dtype_spec(self) -> DType:
+        return self._dtype
+
+    @property
+    def buffer(self) -> str:
+        return self._pending.buffer if self._pending else self._storage.buffer
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = "pending" if self._pending else self.buffer
+        return f"Tile({self.name or '?'}, {state}, {self._dtype.name}{list(self.shape)})"
+
+    # --- placement of pending results ----------------------------------------------------------
+    @property
+    def is_pending(self) -> bool:
+        return self._pending is not None
+
+    def _become(self, other: Tile) -> None:
+        """Alias this (pending) tile to `other`'s storage after the result was placed there."""
+        self._storage, self._axes = other._storage, other._axes
+        self._poffset, self._foffset, self._dtype = other._poffset, other._foffset, other._dtype
+        self._pending = None
+
+    def placed(self) -> Tile:
+        """Materialise if pending (allocates a fresh tile in the default buffer)."""
+        if self._pending is not None:
+            self._trace.materialise(self)
+        return self
+
+    # --- indexing -------------------------------------------------------------------------------
+    def __getitem__(self, key) -> Tile:
+        self.placed()
+        self._trace.check_alive(self)
+        return index_view(self, key)
+
+    def __setitem__(self, key, value) -> None:
+        if isinstance(value, Tile) and value._just_written:
+            value._just_written = False  # `t[i] += x`: __iadd__ already wrote the view in place
+            return
+        self.placed()
+        self._trace.assign(index_view(self, key), value)
+
+    def __iadd__(self, other):
+        self.placed()
+        self._trace.accumulate(self, other)
+        self._just_written = True
+        return self
+
+    def __isub__(self, other):
+        return self._inplace(other, "subtract")
+
+    def __imul__(self, other):
+        return self._inplace(other, "multiply")
+
+    def _inplace(self, other, op: str) -> Tile:
+        from trnsim.nki.language import elementwise
+
+        self.placed()
+        self._trace.assign(self, elementwise.binary(op, self, other))
+        self._just_written = True
+        return self
+
+    _just_written = False
+
+    # --- reshaping and reinterpretation ---------------------------------------------------------
+    def reshape(self, *shape) -> Tile:
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        self.placed()
+        return reshape_view(self, tuple(int(s) for s in shape))
+
+    def view(self, dtype) -> Tile:
+        self.placed()
+        return dtype_view(self, as_dtype(dtype))
+
+    def ap(self, pattern, offset: int = 0, dtype=None) -> Tile:
+        """The current API's explicit access pattern: [[stride, size], ...], partition first."""
+        self.placed()
+        return explicit_view(self, pattern, offset, as_dtype(dtype) if dtype is not None else None)
+
+    # --- arithmetic operators map to nl calls ---------------------------------------------------
+    def _binary(self, other, op: str, reverse: bool = False):
+        from trnsim.nki.language import elementwise
+
+        return elementwise.binary(op, other, self) if reverse else elementwise.binary(op, self, other)
+
+    def __add__(self, o):
+        return self._binary(o, "add")
+
+    def __radd__(self, o):
+        return self._binary(o, "add", True)
+
+    def __sub__(self, o):
+        return self._binary(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._binary(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._binary(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._binary(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._binary(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._binary(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._binary(o, "pow")
+
+    def __neg__(self):
+        return self._binary(-1.0, "multiply")
+
+    def __lt__(self, o):
+        return self._binary(o, "less")
+
+    def __le__(self, o):
+        return self._binary(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._binary(o, "greater")
+
+    def __ge__(self, o):
+        return self._binary(o, "greater_equal")
+
+    def __and__(self, o):
+        return self._binary(o, "bitwise_and")
+
+    def __or__(self, o):
+        return self._binary(o, "bitwise_or")
+
+    def __xor__(self, o):
+        return self._binary(o, "bitwise_xor")
+
+    __hash__ = object.__hash__
+
+    # --- lowering to an access pattern ----------------------------------------------------------
+    def access(self, predicate: Predicate | None = None,
+               tags: tuple[int | None, ...] | None = None) -> AccessPattern:
+        """This view as an instruction operand, shrunk by a mask predicate."""
+        view = self if predicate is None else masked_view(self, predicate, tags)
+        _run_checks(self, predicate)
+        return to_access_pattern(view)
+
+    @property
+    def tags(self) -> tuple[int | None, ...]:
+        return tuple(a.tag for a in self._axes)
+
+
+# --- view algebra ---------------------------------------------------------------------------------
+
+def _normalise_key(key, rank: int) -> list:
+    key = list(key) if isinstance(key, tuple) else [key]
+    if any(k is Ellipsis for k in key):
+        at = key.index(Ellipsis)
+        key[at:at + 1] = [slice(None)] * (rank - len(key) + 1)
+    if len(key) > rank:
+        raise InvalidArgumentError(f"too many indices ({len(key)}) for a tile of rank {rank}")
+    return key + [slice(None)] * (rank - len(key))
+
+
+def index_view(tile: Tile, key) -> Tile:
+    parts = _normalise_key(key, tile.ndim)
+    poffset, foffset = tile._poffset, tile._foffset
+    basic: list[Axis] = []
+    advanced: dict[int, Axis] = {}
+    checks = list(tile._checks)
+    rank = 0
+    for dim, (axis, part) in enumerate(zip(tile._axes, parts, strict=True)):
+        if isinstance(part, Tile):
+            raise InvalidArgumentError("indexing a tile with another tile (dynamic indexing) is not "
+                                       "supported by this front end; use nl.arange/mgrid index tiles")
+        if isinstance(part, DynSlice):
+            part = part.as_slice()
+        if isinstance(part, slice):
+            start, stop, step = part.indices(axis.size)
+            size = max(0, (stop - start + (step - (1 if step > 0 else -1))) // step)
+            if size == 0:
+                raise InvalidArgumentError(f"empty slice {part} of an axis of size {axis.size}")
+            poffset += start * axis.pstep
+            foffset += start * axis.fstep
+            basic.append(Axis(size, axis.pstep * step, axis.fstep * step, axis.tag))
+        elif isinstance(part, IndexExpr):
+            checks.append((dim, axis.size, part.const,
+                           tuple((ix.uid, coef, ix.size) for ix, coef in part.terms.items())))
+            poffset += part.const * axis.pstep
+            foffset += part.const * axis.fstep
+            rank = max(rank, part.ndim)
+            for ix, coef in part.terms.items():
+                new = Axis(ix.size, coef * axis.pstep, coef * axis.fstep, ix.uid)
+                old = advanced.get(ix.position)
+                if old is not None:
+                    if old.tag != ix.uid:
+                        raise InvalidArgumentError("two different index tiles on the same broadcast "
+                                                   "dimension (a diagonal access) are not supported")
+                    new = Axis(ix.size, old.pstep + new.pstep, old.fstep + new.fstep, ix.uid)
+                advanced[ix.position] = new
+        else:
+            index = int(part)
+            if index < 0:
+                index += axis.size
+            if not 0 <= index < axis.size:
+                raise LimitExceededError("index", index, axis.size - 1,
+                                         context=f"axis of size {axis.size}")
+            poffset += index * axis.pstep
+            foffset += index * axis.fstep
+    axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
+    return Tile(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
+                name=tile.name, checks=tuple(checks))
+
+
+def _run_checks(tile: Tile, predicate: Predicate | None) -> None:
+    """Index tiles must stay inside the tensor once the mask has cut them."""
+    bounds = predicate.bounds if predicate is not None else {}
+    for dim, size, const, terms in tile._checks:
+        low = high = const
+        for tag, coef, axis_size in terms:
+            bound = bounds.get(tag)
+            first, last = (bound.low, bound.high - 1) if bound is not None else (0, axis_size - 1)
+            if last < first:
+                return
+            low += min(coef * first, coef * last)
+            high += max(coef * first, coef * last)
+        if low < 0 or high >= size:
+            raise LimitExceededError(
+                f"index range [{low}, {high}] on dimension {dim} of {tile.name or 'a tensor'}: end",
+                high, size - 1, context="out of bounds; mask the access or shrink the index tile")
+
+
+def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] | None) -> Tile:
+    """Shrink axes whose arange the predicate bounds. Untagged axes take `tags` by position."""
+    axes = list(tile._axes)
+    poffset, foffset = tile._poffset, tile._foffset
+    for i, axis in enumerate(axes):
+        tag = axis.tag if axis.tag is not None else (tags[i] if tags and i < len(tags) else None)
+        bound = predicate.bounds.get(tag) if tag is not None else None
+        if bound is None:
+            continue
+        low, high = bound.low, min(bound.high, axis.size)
+        poffset += low * axis.pstep
+        foffset += low * axis.fstep
+        axes[i] = replace(axis, size=max(high - low, 0))
+    return Tile(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset, name=tile.name,
+                checks=tile._checks)
+
+
+def to_access_pattern(tile: Tile) -> AccessPattern:
+    storage = tile._storage
+    axes = [a for a in tile._axes if a.size != 1]
+    if any(a.size == 0 for a in tile._axes):
+        raise InvalidArgumentError("the mask selects no elements of this operand")
+    dtype = tile._dtype
+    if storage.memory is Memory.HBM:
+        if not axes:
+            axes = [Axis(1, 0, 1)]
+        first, rest = axes[0], axes[1:]
+        dims = _merge(rest) or ((1, 1),)
+        _check_dims(dims, tile)
+        return AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=first.size,
+                             dims=dims, offset=tile._foffset * dtype.itemsize,
+                             partition_step=first.fstep, tensor=storage.name)
+    partition_axes = [a for a in axes if a.pstep != 0]
+    if len(partition_axes) > 1 or any(a.pstep not in (0, 1) for a in axes):
+        raise InvalidArgumentError(f"operand {tile.name or ''} strides over partitions; on-chip "
+                                   f"operands have one contiguous partition dimension")
+    if partition_axes:
+        part = partition_axes[0]
+        if part.fstep != 0:
+            raise InvalidArgumentError(f"on-chip operand {tile.name or ''} mixes its partition "
+                                       f"dimension with free elements")
+        # Block dimensions before the partition dimension (e.g. (4, par_dim(128), 512)) address
+        # free elements; the hardware walks partitions outermost, so the operand is P-major.
+        free = [a for a in axes if a is not part]
+        partitions = part.size
+    else:
+        free, partitions = axes, 1
+    dims = _merge(free) or ((1, 1),)
+    _check_dims(dims, tile)
+    return AccessPattern(memory=storage.memory, dtype=dtype, partitions=partitions, dims=dims,
+                         offset=storage.offset + tile._foffset * dtype.itemsize,
+                         partition_start=tile._poffset, tensor=storage.name)
+
+
+def _merge(axes: list[Axis]) -> tuple[tuple[int, int], ...]:
+    dims: list[list[int]] = []
+    for axis in axes:
+        if dims and dims[-1][0] == axis.fstep * axis.size:
+            dims[-1] = [axis.fstep, dims[-1][1] * axis.size]
+        else:
+            dims.append([axis.fstep, axis.size])
+    return tuple((s, n) for s, n in dims)
+
+
+def _check_dims(dims, tile: Tile) -> None:
+    if len(dims) > MAX_FREE_DIMS:
+        raise LimitExceededError(f"free dimensions of operand {tile.name or ''} (after merging)",
+                                 len(dims), MAX_FREE_DIMS, context="access patterns have 4 free dims")
+
+
+def reshape_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
+    if prod(shape) != tile.size:
+        raise InvalidArgumentError(f"cannot reshape {list(tile.shape)} to {list(shape)}")
+    storage = tile._storage
+    axes = [a for a in tile._axes if a.size != 1]
+    on_chip = storage.memory is not Memory.HBM
+    lead: list[Axis] = []
+    if on_chip and axes and axes[0].pstep:
+        lead, axes = [axes[0]], axes[1:]
+        if not shape or shape[0] != lead[0].size:
+            raise InvalidArgumentError(f"reshape of an on-chip tile keeps its partition dimension "
+                                       f"({lead[0].size}); got {list(shape)}")
+        shape = shape[1:]
+    dims = _merge(axes)
+    if len(dims) > 1 or (dims and dims[0][0] != 1):
+        raise InvalidArgumentError("reshape needs a dense view; copy the data first")
+    new, step = [], 1
+    for size in reversed(shape):
+        new.append(Axis(size, 0, step))
+        step *= size
+    return Tile(tile._trace, storage, tuple(lead + new[::-1]), tile._dtype, tile._poffset,
+                tile._foffset, name=tile.name)
+
+
+def dtype_view(tile: Tile, dtype: DType) -> Tile:
+    old = tile._dtype
+    if dtype.itemsize == old.itemsize:
+        return Tile(tile._trace, tile._storage, tile._axes, dtype, tile._poffset, tile._foffset,
+                    name=tile.name)
+    last = tile._axes[-1]
+    if last.fstep != 1 or (last.size * old.itemsize) % dtype.itemsize:
+        raise InvalidArgumentError(f"view({dtype.name}) of a {old.name} tile needs a dense last dimension")
+    ratio_num, ratio_den = old.itemsize, dtype.itemsize
+    axes = [replace(a, fstep=a.fstep * ratio_num // ratio_den) for a in tile._axes[:-1]]
+    axes.append(Axis(last.size * ratio_num // ratio_den, 0, 1, None))
+    foffset = tile._foffset * ratio_num // ratio_den
+    return Tile(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset, foffset, name=tile.name)
+
+
+def explicit_view(tile: Tile, pattern, offset: int, dtype: DType | None) -> Tile:
+    """[[partition_step, partitions], [stride, size], ...] relative to the tile's start."""
+    dtype = dtype or tile._dtype
+    axes = []
+    for i, (stride, size) in enumerate(pattern):
+        on_chip_partition = i == 0 and tile._storage.memory is not Memory.HBM
+        axes.append(Axis(int(size), 1 if on_chip_partition else 0,
+                         0 if on_chip_partition else int(stride)))
+    return Tile(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset,
+                tile._foffset + int(offset), name=tile.name)

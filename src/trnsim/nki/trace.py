@@ -1,0 +1,443 @@
+"""The tracing machine behind both NKI front ends.
+
+A kernel is ordinary Python run once per signature inside a `Trace`: loops and ifs are unrolled
+and specialised, and every nl/nisa call emits `isa` instructions into a `ProgramBuilder`. The trace
+also plays the compiler's other roles: it allocates SBUF/PSUM tiles (next-fit in a ring, so
+consecutive loop iterations get different buffers and can overlap, as the compiler's
+multi-buffering allows), frees a loop iteration's tiles when the iteration ends, and attaches the
+user's source line to every instruction and error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import wraps
+from math import prod
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
+from trnsim.isa import Instruction, Memory, ProgramBuilder
+from trnsim.nki.tile import Axis, Pending, Storage, Tile
+from trnsim.numerics import DType
+from trnsim.numerics import dtype as as_dtype
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_state = threading.local()
+_tile_ids = itertools.count()
+
+
+def current_trace(required: bool = True) -> Trace | None:
+    trace = getattr(_state, "trace", None)
+    if trace is None and required:
+        raise TrnsimError("this NKI call needs a kernel being traced; call it inside an @nki.jit "
+                          "kernel")
+    return trace
+
+
+@contextmanager
+def tracing(trace: Trace):
+    previous = getattr(_state, "trace", None)
+    _state.trace = trace
+    try:
+        yield trace
+    finally:
+        _state.trace = previous
+
+
+def user_location() -> str | None:
+    """file:line of the innermost frame outside trnsim (the kernel's line)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and "<frozen" not in filename:
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def api(label: str):
+    """Decorate an nl/nisa function: record its label and the user's line for what it emits."""
+    def wrap(fn: Callable):
+        @wraps(fn)
+        def call(*args, **kwargs):
+            trace = current_trace(required=False)
+            if trace is None or trace.label is not None:
+                return fn(*args, **kwargs)
+            trace.label, trace.source = label, user_location()
+            try:
+                return fn(*args, **kwargs)
+            except TrnsimError as error:
+                raise error.at(trace.source) from None
+            finally:
+                trace.label = trace.source = None
+        call.nki_label = label
+        return call
+    return wrap
+
+
+class RingAllocator:
+    """Next-fit allocation of per-partition byte ranges, wrapping around at the end.
+
+    PSUM tiles of at most one bank never straddle a bank boundary.
+    """
+
+    def __init__(self, memory: Memory, capacity: int, *, bank_bytes: int | None = None,
+                 core_name: str = "") -> None:
+        self.memory, self.capacity, self.bank = memory, capacity, bank_bytes
+        self.core_name = core_name
+        self.live: dict[int, tuple[int, str]] = {}
+        self.cursor = 0
+        self.peak = 0
+
+    def allocate(self, nbytes: int, name: str, align: int) -> int:
+        nbytes = max(nbytes, 1)
+        for start in (self.cursor, 0):
+            offset = self._fit_from(start, nbytes, align)
+            if offset is not None:
+                self.live[offset] = (nbytes, name)
+                self.cursor = offset + nbytes
+                self.peak = max(self.peak, sum(s for s, _ in self.live.values()))
+                return offset
+        used = sum(s for s, _ in self.live.values())
+        raise LimitExceededError(
+            f"{self.memory} allocation of {nbytes} bytes per partition for tile {name!r} "
+            f"({used} bytes live in {len(self.live)} tiles): needs", used + nbytes, self.capacity,
+            context=f"{self.core_name} {self.memory} bytes per partition")
+
+    def _fit_from(self, start: int, nbytes: int, align: int) -> int | None:
+        offset = -(-start // align) * align
+        spans = sorted(self.live.items())
+        while offset + nbytes <= self.capacity:
+            straddles = self.bank and offset // self.bank != (offset + nbytes - 1) // self.bank
+            if straddles and nbytes <= self.bank:
+                offset = -(-offset // self.bank) * self.bank
+                continue
+            clash = next(((o, s) for o, (s, _) in spans if o < offset + nbytes and offset < o + s), None)
+            if clash is None:
+                return offset
+            offset = -(-(clash[0] + clash[1]) // align) * align
+        return None
+
+    def free(self, offset: int) -> None:
+        self.live.pop(offset, None)
+
+
+@dataclass
+class Scope:
+    loop: int
+    iteration: int
+    kind: str
+    source: str | None
+    tiles: list
+
+
+class Trace:
+    def __init__(self, name: str, core, *, dtype_style: str = "legacy") -> None:
+        self.builder = ProgramBuilder(name, core)
+        self.core = self.builder.core
+        self.dtype_style = dtype_style
+        usable = self.core.sbuf_usable_bytes_per_partition
+        self.sbuf = RingAllocator(Memory.SBUF, usable, core_name=self.core.name)
+        self.psum = RingAllocator(Memory.PSUM, self.core.psum_bytes_per_partition,
+                                  bank_bytes=self.core.psum_bank_bytes_per_partition,
+                                  core_name=self.core.name)
+        self.scopes: list[Scope] = []
+        self.pending: Tile | None = None
+        self.label: str | None = None
+        self.source: str | None = None
+        self.hbm_tiles: dict[str, Tile] = {}
+        self.program_ids: tuple[int, ...] = ()
+        self.grid: tuple[int, ...] = ()
+        # Output tensors are shared by every SPMD instance (and every core): the i-th output an
+        # instance allocates is the i-th one the first instance allocated.
+        self.shared_outputs: list[tuple[str, tuple[int, ...], DType]] = []
+        self.output_cursor = 0
+
+    # --- dtypes as users see them ---------------------------------------------------------------
+    def user_dtype(self, dt: DType):
+        if self.dtype_style == "legacy":
+            if dt.name == "tfloat32":
+                from trnsim.nki.language.dtypes import tfloat32
+                return tfloat32
+            return dt.np_dtype
+        return dt.name
+
+    # --- emission -------------------------------------------------------------------------------
+    def emit(self, cls: type[Instruction], **fields) -> Instruction:
+        """Build, check (errors point at the user's line) and append one instruction."""
+        self.flush()
+        return self.emit_now(cls, **fields)
+
+    def emit_now(self, cls: type[Instruction], **fields) -> Instruction:
+        instruction = cls(source=self.source, label=self.label or "", **fields)
+        instruction.check(self.core)
+        self.builder.emit(instruction)
+        return instruction
+
+    def defer(self, shape: tuple[int, ...], dtype, emit: Callable[[Tile, bool], None], *,
+              buffer: str = "sbuf",
+              tags: tuple = (), matmul: bool = False) -> Tile:
+        """Return a pending tile whose instruction is emitted once its destination is known."""
+        self.flush()
+        axes = tuple(Axis(s) for s in shape)
+        tile = Tile(self, None, axes, as_dtype(dtype),
+                    pending=Pending(emit=emit, buffer=buffer, tags=tuple(tags), matmul=matmul),
+                    name=f"{(self.label or 'tile').split('.')[-1]}_{next(_tile_ids)}")
+        tile._pending_source, tile._pending_label = self.source, self.label
+        self.pending = tile
+        return tile
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self.materialise(self.pending)
+
+    def materialise(self, tile: Tile) -> None:
+        if tile._pending is None:
+            return
+        dst = self.allocate(tile.shape, tile.dtype_spec, tile._pending.buffer, name=tile.name)
+        self._place(tile, dst)
+
+    def _place(self, tile: Tile, dst: Tile) -> None:
+        pending = tile._pending
+        if self.pending is tile:
+            self.pending = None
+        label, source = self.label, self.source
+        self.label = tile._pending_label or label
+        self.source = tile._pending_source or source
+        try:
+            pending.emit(dst, pending.accumulate)
+        finally:
+            self.label, self.source = label, source
+        tile._become(dst)
+
+    # --- assignment -----------------------------------------------------------------------------
+    def assign(self, dst: Tile, value) -> None:
+        """dst[...] = value: place a pending result there, else copy / store / fill."""
+        self.check_alive(dst)
+        self._check_writable(dst)
+        if isinstance(value, Tile) and value.is_pending:
+            if value.shape != dst.shape and prod(value.shape) != prod(dst.shape):
+                raise InvalidArgumentError(f"cannot assign a {list(value.shape)} result to a "
+                                           f"{list(dst.shape)} view")
+            self._mark_written(dst)
+            self._place(value, dst)
+            return
+        from trnsim.nki.language import memory as nl_memory
+
+        self._mark_written(dst)
+        if isinstance(value, Tile):
+            nl_memory.copy_into(dst, value)
+        elif isinstance(value, (int, float, np.number, bool)):
+            nl_memory.fill(dst, float(value))
+        elif isinstance(value, np.ndarray):
+            raise InvalidArgumentError("assigning a numpy array inside a kernel is not supported; "
+                                       "load it from an HBM tensor or use nl.shared_constant")
+        else:
+            raise InvalidArgumentError(f"cannot assign {type(value).__name__} to a tile")
+
+    def accumulate(self, dst: Tile, value) -> None:
+        """dst += value: matmuls accumulate in PSUM; anything else is an add into dst."""
+        self.check_alive(dst)
+        if isinstance(value, Tile) and value.is_pending and value._pending.matmul:
+            if dst.buffer != "psum":
+                raise InvalidArgumentError("matmul results accumulate in PSUM: `+=` a matmul into a "
+                                           f"{dst.buffer} tile is not supported")
+            value._pending.accumulate = self._claim_zeros(dst) != "fresh"
+            self._place(value, dst)
+            return
+        from trnsim.nki.language import elementwise
+
+        self.assign(dst, elementwise.binary("add", dst, value))
+
+    def _mark_written(self, dst: Tile) -> None:
+        self._claim_zeros(dst)
+
+    def _claim_zeros(self, tile: Tile, *, reading: bool = False) -> str:
+        """Settle a lazily zeroed PSUM tile before `tile` touches it.
+
+        "fresh": the access covers only never-written bytes, exactly (a matmul may overwrite);
+        "zeroed": some never-written bytes were memset now; "none": nothing was pending.
+        """
+        storage = tile._storage
+        if storage is None or not storage.zero_ranges:
+            return "none"
+        ap = tile.access()
+        lo, hi = ap.byte_span()
+        pieces = [(max(a, lo), min(b, hi)) for a, b in storage.zero_ranges if a < hi and lo < b]
+        if not pieces:
+            return "none"
+        exact = (not reading and sum(b - a for a, b in pieces) == hi - lo and ap.is_contiguous
+                 and ap.partitions == storage.partitions)
+        remaining = []
+        for a, b in storage.zero_ranges:
+            remaining += [(a, min(b, lo))] if a < lo else []
+            remaining += [(max(a, hi), b)] if b > hi else []
+        storage.zero_ranges = [(a, b) for a, b in remaining if b > a]
+        if exact:
+            return "fresh"
+        from trnsim.nki.language import memory as nl_memory
+
+        item = storage.dtype.itemsize
+        for a, b in pieces:
+            piece = Tile(self, storage, (Axis(storage.partitions, 1, 0), Axis((b - a) // item, 0, 1)),
+                         storage.dtype, foffset=(a - storage.offset) // item, name=storage.name)
+            nl_memory.fill(piece, 0.0)
+        return "zeroed"
+
+    def _check_writable(self, dst: Tile) -> None:
+        if dst._storage.is_input:
+            raise InvalidArgumentError(f"kernel input {dst._storage.name!r} is read-only; write results "
+                                       f"to a tensor allocated with buffer=nl.shared_hbm and return it")
+
+    def read_ready(self, tile: Tile) -> Tile:
+        """Prepare a tile for reading: place pending results, zero-fill untouched PSUM zeros."""
+        tile.placed()
+        self.check_alive(tile)
+        self._claim_zeros(tile, reading=True)
+        return tile
+
+    # --- allocation -----------------------------------------------------------------------------
+    def allocate(self, shape: tuple[int, ...], dtype, buffer: str, *, name: str = "",
+                 par_axis: int = 0, offset: int | None = None) -> Tile:
+        dt = as_dtype(dtype)
+        name = name or f"t{next(_tile_ids)}"
+        if buffer in ("hbm", "shared_hbm", "private_hbm"):
+            return self.hbm_tensor(name, shape, dt, kind="output" if buffer == "shared_hbm" else "internal",
+                                   buffer=buffer)
+        memory = Memory.PSUM if buffer == "psum" else Memory.SBUF
+        if not shape:
+            shape = (1,)
+        partitions = shape[par_axis]
+        if partitions > self.core.partitions:
+            raise LimitExceededError(f"partition dimension of tile {name!r}", partitions,
+                                     self.core.partitions, context=self.core.name)
+        free = [s for i, s in enumerate(shape) if i != par_axis]
+        nbytes = prod(free) * dt.itemsize if free else dt.itemsize
+        if offset is not None:
+            ring = self.psum if memory is Memory.PSUM else self.sbuf
+            ring.live[offset] = (nbytes, name)
+            if offset + nbytes > ring.capacity:
+                raise LimitExceededError(f"{memory} tile {name!r} at offset {offset} ends at",
+                                         offset + nbytes, ring.capacity, context=self.core.name)
+        elif memory is Memory.PSUM:
+            offset = self.psum.allocate(nbytes, name, align=max(4, dt.itemsize))
+        else:
+            offset = self.sbuf.allocate(nbytes, name, align=max(4, dt.itemsize))
+        storage = Storage(memory=memory, dtype=dt, name=name, buffer=buffer, offset=offset,
+                          partitions=partitions, bytes_per_partition=nbytes,
+                          scope=self._scope_key(), source=self.source)
+        ring = self.psum if memory is Memory.PSUM else self.sbuf
+        storage.free_callback = lambda: ring.free(offset)
+        if self.scopes:
+            self.scopes[-1].tiles.append(storage)
+        self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
+        self.builder.program.psum_peak_bytes_per_partition = self.psum.peak
+        return Tile(self, storage, _onchip_axes(shape, par_axis), dt, name=name)
+
+    def release(self, tile: Tile) -> None:
+        """Free a compiler temporary now (it never outlives the instruction sequence using it)."""
+        storage = tile._storage
+        if storage is not None and not storage.freed:
+            storage.freed = True
+            storage.freed_by = ("temporary", 0, None)
+            storage.free_callback()
+            if self.scopes and storage in self.scopes[-1].tiles:
+                self.scopes[-1].tiles.remove(storage)
+
+    def full_view(self, storage: Storage) -> Tile:
+        free = storage.bytes_per_partition // storage.dtype.itemsize
+        return Tile(self, storage, (Axis(storage.partitions, 1, 0), Axis(free, 0, 1)), storage.dtype,
+                    name=storage.name)
+
+    def hbm_tensor(self, name: str, shape: tuple[int, ...], dtype, *, kind: str,
+                   buffer: str = "shared_hbm", data=None) -> Tile:
+        dt = as_dtype(dtype)
+        if kind == "output":
+            return self._shared_output(name, tuple(shape), dt, buffer)
+        return self._new_hbm_tensor(name, shape, dt, kind=kind, buffer=buffer, data=data)
+
+    def _shared_output(self, name: str, shape: tuple[int, ...], dt: DType, buffer: str) -> Tile:
+        cursor = self.output_cursor
+        self.output_cursor += 1
+        if cursor >= len(self.shared_outputs):
+            tile = self._new_hbm_tensor(name, shape, dt, kind="output", buffer=buffer)
+            self.shared_outputs.append((tile._storage.name, shape, dt))
+            return tile
+        known, known_shape, known_dtype = self.shared_outputs[cursor]
+        if (known_shape, known_dtype) != (shape, dt):
+            raise InvalidArgumentError(
+                f"SPMD instances must allocate the same outputs: output {cursor} is "
+                f"{known_dtype.name}{list(known_shape)} in the first instance, {dt.name}{list(shape)} here")
+        if known in self.hbm_tiles:
+            return self.hbm_tiles[known]
+        return self._new_hbm_tensor(known, shape, dt, kind="output", buffer=buffer)
+
+    def _new_hbm_tensor(self, name: str, shape, dt: DType, *, kind: str, buffer: str,
+                        data=None) -> Tile:
+        base, i = name, 1
+        while name in self.builder.program.tensors:
+            name, i = f"{base}_{i}", i + 1
+        self.builder.tensor(name, tuple(shape), dt, kind, data=data)
+        storage = Storage(memory=Memory.HBM, dtype=dt, name=name, buffer=buffer,
+                          is_input=kind == "input", source=self.source)
+        tile = Tile(self, storage, _hbm_axes(tuple(shape)), dt, name=name)
+        self.hbm_tiles[name] = tile
+        return tile
+
+    # --- loop scopes ----------------------------------------------------------------------------
+    def _scope_key(self) -> tuple:
+        return tuple((s.loop, s.iteration) for s in self.scopes)
+
+    def enter(self, loop: int, iteration: int, kind: str, source: str | None) -> None:
+        self.flush()  # a result pending from before the loop belongs to the enclosing scope
+        self.scopes.append(Scope(loop, iteration, kind, source, []))
+
+    def exit(self) -> None:
+        self.flush()
+        scope = self.scopes.pop()
+        for storage in scope.tiles:
+            storage.freed = True
+            storage.free_callback()
+            storage.freed_by = (scope.kind, scope.iteration, scope.source)
+
+    def check_alive(self, tile: Tile) -> None:
+        storage = tile._storage
+        if storage is not None and storage.freed:
+            kind, iteration, source = storage.freed_by
+            raise InvalidArgumentError(
+                f"tile {storage.name!r} was allocated in iteration {iteration} of the {kind} at "
+                f"{source}; its buffer was freed when that iteration ended, so it cannot be used "
+                f"here (allocate it outside the loop to keep it)")
+
+
+def _onchip_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:
+    free_sizes = [s for i, s in enumerate(shape) if i != par_axis]
+    steps, step = [], 1
+    for size in reversed(free_sizes):
+        steps.append(step)
+        step *= size
+    steps.reverse()
+    axes, k = [], 0
+    for i, size in enumerate(shape):
+        if i == par_axis:
+            axes.append(Axis(size, 1, 0))
+        else:
+            axes.append(Axis(size, 0, steps[k]))
+            k += 1
+    return tuple(axes)
+
+
+def _hbm_axes(shape: tuple[int, ...]) -> tuple[Axis, ...]:
+    axes, step = [], 1
+    for size in reversed(shape):
+        axes.append(Axis(size, 0, step))
+        step *= size
+    return tuple(reversed(axes))
+

@@ -1,0 +1,38 @@
+"""One NeuronCore in motion, and the cores of one chip: memories, engines, DMA, timing, profile.
+
+`simulate(program, inputs)` runs a `trnsim.isa.Program` on a core and returns the output arrays
+(functional mode) and a `Profile` (always): one record per instruction and a summary.
+`simulate_cores(programs, inputs, chip=...)` runs one program per core of a chip, sharing HBM.
+``mode="timing"`` skips the numerics and gives the same timeline, faster.
+
+Modules: `memory` (byte-addressed SBUF/PSUM/HBM), `state` (the ExecutionState instructions
+run against), `dependencies` (overlap tracking), `resources` (rate timelines, ports), `dma`
+(the DMA model), `scheduler` (list scheduling), `chip` (cores together), `profile`, `report`,
+`perfetto`, `run` (the entry points).
+"""
+
+from trnsim.sim.chip import DEFAULT_CHIP, default_chip
+from trnsim.sim.memory import UNINITIALISED_BYTE, HbmSpace, OnChipMemory
+from trnsim.sim.perfetto import write_trace
+from trnsim.sim.profile import InstructionRecord, Profile, ProfileSummary, StreamSummary
+from trnsim.sim.run import RunResult, simulate, simulate_cores
+from trnsim.sim.scheduler import CoreScheduler
+from trnsim.sim.state import CoreState
+
+__all__ = [
+    "DEFAULT_CHIP",
+    "UNINITIALISED_BYTE",
+    "CoreScheduler",
+    "CoreState",
+    "HbmSpace",
+    "InstructionRecord",
+    "OnChipMemory",
+    "Profile",
+    "ProfileSummary",
+    "RunResult",
+    "StreamSummary",
+    "default_chip",
+    "simulate",
+    "simulate_cores",
+    "write_trace",
+]

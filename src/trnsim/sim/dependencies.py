@@ -1,0 +1,165 @@
+"""Cross-engine dependencies on overlapping bytes, tracked the way the compiler's semaphores are.
+
+An access pattern's footprint is a `Region`: a rectangle of rows x bytes-in-row. On SBUF/PSUM
+the rows are partitions and the columns the byte span inside each partition. In HBM the rows
+are the access pattern's partition axis (``partition_step`` elements apart) when its free
+dimensions stay inside one row, so the [128, 512] blocks of a [4096, 8192] tensor do not
+overlap each other; otherwise the region is the flat byte span. Rectangles are conservative for
+strided patterns (a pattern that reads every other column owns the whole span), as the
+compiler's tile-level tracking is.
+
+Each distinct region keeps the times of its latest accesses:
+
+- ``w_ready``: when the data of the last write is visible (writer start + latency);
+- ``w_engine``: the engine (or DMA queue) that wrote it last;
+- ``r_done``: when the last read of it finished streaming (reader start + busy).
+
+Regions are linked once, when first seen, to every region they overlap (`neighbors`, itself
+included), so the hot loop never searches: an instruction waits for
+- read-after-write: ``w_ready`` of every neighbour of what it reads;
+- write-after-write: ``w_ready`` of every neighbour of what it writes, unless that write came
+  from the same in-order engine/queue (its writes land in order, e.g. an accumulation group);
+- write-after-read: ``r_done`` of every neighbour of what it writes.
+Keeping the latest times per region, and taking the maximum over neighbours, is exact at the
+region granularity without ever removing a region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.isa import AccessPattern, Memory
+
+_NUMPY_SEARCH_FROM = 48  # regions in a space before discovery switches to a vectorised search
+
+
+class Region:
+    """One footprint and the times of its latest accesses."""
+
+    __slots__ = ("c0", "c1", "hi", "lo", "neighbors", "pitch", "r0", "r1", "r_done", "r_engine",
+                 "w_engine", "w_ready")
+
+    def __init__(self, pitch: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        self.pitch, self.r0, self.r1, self.c0, self.c1 = pitch, r0, r1, c0, c1
+        if pitch:
+            self.lo, self.hi = r0 * pitch + c0, (r1 - 1) * pitch + c1
+        else:
+            self.lo, self.hi = c0, c1
+        self.neighbors: list[Region] = [self]
+        self.w_ready = 0.0
+        self.w_engine = -1
+        self.r_done = 0.0
+        self.r_engine = -1
+
+    @property
+    def empty(self) -> bool:
+        return self.hi <= self.lo or self.c1 <= self.c0 or (self.pitch and self.r1 <= self.r0)
+
+    def overlaps(self, other: Region) -> bool:
+        if self.hi <= other.lo or other.hi <= self.lo:
+            return False
+        if self.pitch and self.pitch == other.pitch:
+            return (self.r0 < other.r1 and other.r0 < self.r1
+                    and self.c0 < other.c1 and other.c0 < self.c1)
+        return True
+
+
+class _Space:
+    """All regions of one address space (SBUF, PSUM, or one HBM tensor), for discovery."""
+
+    def __init__(self) -> None:
+        self.regions: list[Region] = []
+        self.by_key: dict[tuple[int, int, int, int, int], Region] = {}
+        self._table = np.zeros((64, 7), dtype=np.int64)  # pitch, r0, r1, c0, c1, lo, hi
+        self.max_column = 0  # highest byte end seen (the memory's high-water mark per partition)
+
+    def get(self, pitch: int, r0: int, r1: int, c0: int, c1: int) -> Region:
+        key = (pitch, r0, r1, c0, c1)
+        region = self.by_key.get(key)
+        if region is None:
+            region = self.by_key[key] = Region(pitch, r0, r1, c0, c1)
+            if not region.empty:
+                self._link(region)
+                self.max_column = max(self.max_column, c1)
+        return region
+
+    def _link(self, region: Region) -> None:
+        for other in self._overlapping(region):
+            other.neighbors.append(region)
+            region.neighbors.append(other)
+        n = len(self.regions)
+        if n == len(self._table):
+            self._table = np.concatenate([self._table, np.zeros_like(self._table)])
+        self._table[n] = (region.pitch, region.r0, region.r1, region.c0, region.c1, region.lo, region.hi)
+        self.regions.append(region)
+
+    def _overlapping(self, region: Region) -> list[Region]:
+        n = len(self.regions)
+        if n < _NUMPY_SEARCH_FROM:
+            return [other for other in self.regions if region.overlaps(other)]
+        t = self._table[:n]
+        hit = (t[:, 5] < region.hi) & (t[:, 6] > region.lo)
+        if region.pitch:
+            same = t[:, 0] == region.pitch
+            rect = ((t[:, 1] < region.r1) & (t[:, 2] > region.r0)
+                    & (t[:, 3] < region.c1) & (t[:, 4] > region.c0))
+            hit &= ~same | rect
+        return [self.regions[i] for i in np.flatnonzero(hit)]
+
+
+class RegionIndex:
+    """Regions of one core's memories; `region(ap)` gives an access pattern's footprint."""
+
+    def __init__(self, core) -> None:
+        self.sbuf_pitch = core.sbuf_bytes_per_partition
+        self.psum_pitch = core.psum_bytes_per_partition
+        self.sbuf = _Space()
+        self.psum = _Space()
+        self.hbm: dict[str, _Space] = {}
+        self._by_ap: dict[AccessPattern, tuple[Region, int, Memory]] = {}
+
+    def region(self, ap: AccessPattern) -> Region:
+        return self.info(ap)[0]
+
+    def info(self, ap: AccessPattern) -> tuple[Region, int, Memory]:
+        """(footprint, bytes accessed, memory) of an access pattern, computed once."""
+        found = self._by_ap.get(ap)
+        if found is None:
+            found = self._by_ap[ap] = (self._footprint(ap), ap.nbytes, ap.memory)
+        return found
+
+    def _footprint(self, ap: AccessPattern) -> Region:
+        if ap.memory is Memory.HBM:
+            space = self.hbm.get(ap.tensor)
+            if space is None:
+                space = self.hbm[ap.tensor] = _Space()
+            return space.get(*_hbm_rectangle(ap))
+        low, high = ap.byte_span()
+        p0, p1 = ap.partition_range()
+        if ap.memory is Memory.SBUF:
+            return self.sbuf.get(self.sbuf_pitch, p0, p1, low, high)
+        return self.psum.get(self.psum_pitch, p0, p1, low, high)
+
+
+def _hbm_rectangle(ap: AccessPattern) -> tuple[int, int, int, int, int]:
+    """(pitch, r0, r1, c0, c1) of an HBM pattern: rows of ``partition_step`` elements if its free
+    dimensions stay inside one row, else pitch 0 and the flat byte span in c0, c1."""
+    item = ap.dtype.itemsize
+    pitch = ap.partition_step * item
+    low = high = 0
+    for stride, size in ap.dims:
+        if size <= 0:
+            return (0, 0, 0, 0, 0)
+        reach = stride * (size - 1)
+        if reach >= 0:
+            high += reach
+        else:
+            low += reach
+    start = ap.offset + low * item
+    width = (high + 1 - low) * item
+    if ap.partitions > 1 and pitch > 0 and start >= 0:
+        row, column = divmod(start, pitch)
+        if column + width <= pitch:
+            return (pitch, row, row + ap.partitions, column, column + width)
+    flat_low, flat_high = ap.byte_span()
+    return (0, 0, 1, flat_low, flat_high)

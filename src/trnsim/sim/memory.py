@@ -1,0 +1,130 @@
+"""Byte-addressed memories: a core's SBUF and PSUM, and a chip's HBM.
+
+Every memory is raw bytes (numpy ``uint8``); an access pattern becomes a strided numpy view of
+its dtype over those bytes, so two access patterns over the same bytes alias exactly as on the
+hardware (a bf16 tile re-read as int16 sees the same bits; a tile written through one view is
+seen through any other). Views are built once per access pattern and cached.
+
+- SBUF: ``partitions x sbuf_bytes_per_partition`` (the compiler-reserved bytes included: they
+  are real memory that manual allocation may name).
+- PSUM: ``partitions x banks x bank bytes`` (128 x 8 x 2 KiB).
+- HBM: one flat buffer per named tensor, held by the chip so that cores can share a tensor
+  (`HbmSpace`). Only declared tensors take host memory: a 96 GiB chip costs nothing until used;
+  its capacity is checked against the sum of declared tensors.
+
+Uninitialised memory is filled with 0xFF bytes. For every float format trnsim knows except fp4
+this pattern is a NaN (fp32/bf16/fp16 all-ones exponent with a non-zero mantissa; float8 e4m3,
+e4m3fn, e5m2 and e8m0 all-ones), so a kernel that reads memory nobody wrote gets NaN, as AWS's
+NKI simulator does. Integers then read as -1 (signed) or their maximum (unsigned), and fp4
+(``float4_e2m1fn_x4``, which has no NaN) reads as -6.0; AWS's simulator fills integers with 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError
+from trnsim.isa import AccessPattern, Memory, TensorDecl
+
+UNINITIALISED_BYTE = 0xFF
+
+
+class MemoryViews:
+    """Cached writable and read-only numpy views of access patterns over one byte buffer."""
+
+    def __init__(self, name: str, buffer: np.ndarray, row_bytes: int) -> None:
+        self.name = name
+        self.buffer = buffer  # uint8, C-contiguous
+        self.row_bytes = row_bytes  # bytes per partition (0 for a flat HBM tensor)
+        self._views: dict[AccessPattern, tuple[np.ndarray, np.ndarray]] = {}
+
+    def views(self, ap: AccessPattern) -> tuple[np.ndarray, np.ndarray]:
+        """(writable, read-only) views of `ap`; shape ap.shape, dtype ap.dtype.np_dtype."""
+        found = self._views.get(ap)
+        if found is None:
+            writable = self._build(ap)
+            readonly = writable.view()
+            readonly.flags.writeable = False
+            found = self._views[ap] = (writable, readonly)
+        return found
+
+    def _build(self, ap: AccessPattern) -> np.ndarray:
+        item = ap.dtype.itemsize
+        if ap.memory is Memory.HBM:
+            partition_stride = ap.partition_step * item
+            offset = ap.offset
+        else:
+            partition_stride = self.row_bytes
+            offset = ap.partition_start * self.row_bytes + ap.offset
+        strides = (partition_stride, *(stride * item for stride, _ in ap.dims))
+        try:
+            return np.ndarray(ap.shape, dtype=ap.dtype.np_dtype, buffer=self.buffer, offset=offset,
+                              strides=strides)
+        except (ValueError, TypeError) as error:
+            low, high = ap.byte_span()
+            raise LimitExceededError(f"access {ap.describe()} (bytes [{low}, {high})) in {self.name}",
+                                     high, self.buffer.nbytes,
+                                     context=f"{self.name} size; {error}") from None
+
+
+class OnChipMemory(MemoryViews):
+    """SBUF or PSUM of one core: partitions x bytes per partition, filled with NaN bytes."""
+
+    def __init__(self, memory: Memory, partitions: int, bytes_per_partition: int) -> None:
+        buffer = np.full((partitions, bytes_per_partition), UNINITIALISED_BYTE, dtype=np.uint8)
+        super().__init__(str(memory), buffer, bytes_per_partition)
+        self.memory = memory
+
+
+class HbmSpace:
+    """A chip's device memory: named tensors as flat byte buffers, shared by the chip's cores.
+
+    `capacity_bytes` is the chip's memory; allocating beyond it raises a LimitExceededError that
+    names the tensor. Tensors are allocated lazily (`tensor()`), so timing-only runs need none.
+    """
+
+    def __init__(self, capacity_bytes: int, chip_name: str = "") -> None:
+        self.capacity = capacity_bytes
+        self.chip_name = chip_name
+        self.used = 0
+        self._tensors: dict[str, MemoryViews] = {}
+        self._decls: dict[str, TensorDecl] = {}
+
+    def reserve(self, key: str, decl: TensorDecl) -> None:
+        """Account for a tensor's bytes (without allocating them) and check the capacity."""
+        if key in self._decls:
+            known = self._decls[key]
+            if known.shape != decl.shape or known.dtype != decl.dtype:
+                raise InvalidArgumentError(
+                    f"shared HBM tensor {decl.name!r} is declared as {known.dtype.name}"
+                    f"{list(known.shape)} and as {decl.dtype.name}{list(decl.shape)} by different cores")
+            return
+        if self.used + decl.nbytes > self.capacity:
+            raise LimitExceededError(f"HBM use after allocating tensor {decl.name!r} "
+                                     f"({decl.nbytes} bytes)", self.used + decl.nbytes, self.capacity,
+                                     context=f"{self.chip_name} device memory bytes")
+        self.used += decl.nbytes
+        self._decls[key] = decl
+
+    def tensor(self, key: str) -> MemoryViews:
+        """The byte buffer of a reserved tensor, allocated (NaN-filled) on first use."""
+        views = self._tensors.get(key)
+        if views is None:
+            decl = self._decls[key]
+            buffer = np.full(decl.nbytes, UNINITIALISED_BYTE, dtype=np.uint8)
+            views = self._tensors[key] = MemoryViews(f"HBM tensor {decl.name!r}", buffer, 0)
+        return views
+
+    def array(self, key: str) -> np.ndarray:
+        """The tensor's bytes as a numpy array of its declared shape and dtype (a view)."""
+        decl = self._decls[key]
+        return self.tensor(key).buffer.view(decl.dtype.np_dtype).reshape(decl.shape)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return sum(v.buffer.nbytes for v in self._tensors.values())
+
+    def keys(self) -> Iterable[str]:
+        return self._decls.keys()

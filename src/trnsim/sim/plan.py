@@ -1,0 +1,192 @@
+"""`Plan`: what the scheduler needs of one instruction, computed once per distinct instruction.
+
+A plan holds the instruction's stream, its cost (from `Instruction.cost`, the only source of
+timing constants), its FLOPs, the regions it reads and writes, the shared ports it holds and,
+for DMA, the transfer figures.
+
+`Planner.plan_program` is also where a program is verified: it does what `Program.verify()`
+does (every instruction's `check(core)`, every HBM operand inside its tensor) before anything
+runs, but checks and plans each *distinct* instruction once. An unrolled loop re-emits equal
+instructions; `check` and `cost` are pure functions of the instruction's operands and attributes
+and the core, so one dict lookup replaces both for every repeat. The key leaves out ``source``
+and ``label``, which only name the instruction (an error is raised, with its source, by the
+first instruction of a kind; an equal one elsewhere would raise the same error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from operator import attrgetter
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
+from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
+from trnsim.sim.dependencies import Region, RegionIndex
+from trnsim.sim.engines import STREAM_OF_ENGINE, TENSOR, TENSOR_LOAD
+from trnsim.sim.resources import BusyIntervals
+
+
+class DmaPlan:
+    """A DMA instruction's transfer: engine-time, engines it may spread over, HBM traffic."""
+
+    __slots__ = ("engines", "hbm_per_work", "queue", "work")
+
+    def __init__(self, work: float, engines: int, hbm_per_work: float, queue: int | None) -> None:
+        self.work = work  # engine-ns: the transfer's time alone on one engine (descriptors included)
+        self.engines = engines  # how many of the core's DMA engines it spreads over
+        self.hbm_per_work = hbm_per_work  # HBM bytes moved per engine-ns
+        self.queue = queue  # a pinned queue, or None for the scheduler's choice
+
+
+class Plan:
+    """Timing-relevant facts of one instruction; shared by all instructions equal to it."""
+
+    __slots__ = ("busy", "code", "dma", "flops", "hbm_read", "hbm_write", "is_load", "is_matmul",
+                 "is_multiply", "latency", "nbytes", "ports", "precision", "reads", "uid", "writes")
+
+    def __init__(self) -> None:
+        self.uid = 0  # index among the planner's distinct plans
+        self.code = 0
+        self.is_load = self.is_multiply = self.is_matmul = False
+        self.busy = self.latency = 0.0
+        self.flops = 0
+        self.precision: str | None = None  # matmul precision class of a FLOP-counting instruction
+        self.nbytes = self.hbm_read = self.hbm_write = 0
+        self.reads: tuple[Region, ...] = ()
+        self.writes: tuple[Region, ...] = ()
+        self.ports: tuple[BusyIntervals, ...] = ()
+        self.dma: DmaPlan | None = None
+
+
+class PortTable:
+    """The shared on-chip ports of a core version (`CoreSpec.port_conflicts`).
+
+    Each (engine a, engine b, memory) conflict is one exclusive `BusyIntervals`: an instruction of
+    engine a or b that touches that memory holds it while busy.
+    """
+
+    def __init__(self, core) -> None:
+        self.ports: list[tuple[frozenset[int], Memory, BusyIntervals]] = []
+        for first, second, memory in core.port_conflicts:
+            streams = frozenset(STREAM_OF_ENGINE[Engine(name)] for name in (first, second))
+            self.ports.append((streams, Memory(memory), BusyIntervals()))
+
+    def held_by(self, code: int, memories: set[Memory]) -> tuple[BusyIntervals, ...]:
+        return tuple(port for streams, memory, port in self.ports
+                     if code in streams and memory in memories)
+
+
+class Planner:
+    """Checks and plans a core's instructions; equal instructions share one plan."""
+
+    def __init__(self, core, regions: RegionIndex, ports: PortTable) -> None:
+        self.core = core
+        self.regions = regions
+        self.ports = ports
+        self.distinct: list[Plan] = []  # plan.uid indexes this
+        self._cache: dict = {}
+        self._getters: dict[type, attrgetter] = {}
+        self._bounded: set[AccessPattern] = set()
+
+    def plan_program(self, program: Program) -> list[Plan]:
+        """One plan per instruction, in program order; raises the first legality error."""
+        cache = self._cache
+        key_of = self.key
+        plans: list[Plan] = []
+        append = plans.append
+        for ins in program.instructions:
+            key = key_of(ins)
+            try:
+                plan = cache.get(key)
+            except TypeError:  # an unhashable attribute: check and plan it every time
+                append(self._new(ins, program))
+                continue
+            if plan is None:
+                plan = cache[key] = self._new(ins, program)
+            append(plan)
+        return plans
+
+    def key(self, ins: Instruction) -> tuple:
+        """What makes two instructions the same for checking and timing: class and attributes
+        other than ``source`` and ``label``."""
+        cls = type(ins)
+        getter = self._getters.get(cls)
+        if getter is None:
+            names = [f.name for f in dataclasses.fields(cls) if f.name not in ("source", "label")]
+            getter = self._getters[cls] = attrgetter(*names, "engine")  # always a tuple
+        return cls, getter(ins)
+
+    def _new(self, ins: Instruction, program: Program) -> Plan:
+        ins.check(self.core)
+        for ap in (*ins.reads(), *ins.writes()):
+            if ap.memory is Memory.HBM and ap not in self._bounded:
+                _check_hbm_bounds(ins, ap, program)
+                self._bounded.add(ap)
+        plan = build_plan(ins, self.core, self.regions, self.ports)
+        plan.uid = len(self.distinct)
+        self.distinct.append(plan)
+        return plan
+
+
+def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
+    decl = program.tensors.get(ap.tensor)
+    if decl is None:
+        ins.fail(UnknownNameError("HBM tensor", ap.tensor, program.tensors))
+    low, high = ap.byte_span()
+    if low < 0 or high > decl.nbytes:
+        ins.fail(LimitExceededError(f"{ins.name}: access {ap.describe()} reaches byte", high, decl.nbytes,
+                                    context=f"HBM tensor {decl.name} size"))
+
+
+def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable) -> Plan:
+    plan = Plan()
+    reads, writes = ins.reads(), ins.writes()
+    read_info = [regions.info(ap) for ap in reads]
+    write_info = [regions.info(ap) for ap in writes]
+    plan.reads = tuple(region for region, _, _ in read_info)
+    plan.writes = tuple(region for region, _, _ in write_info)
+    plan.flops = ins.flops()
+    if plan.flops and reads:
+        plan.precision = reads[0].dtype.precision or "fp32"
+    plan.hbm_read = sum(nbytes for _, nbytes, memory in read_info if memory is Memory.HBM)
+    plan.hbm_write = sum(nbytes for _, nbytes, memory in write_info if memory is Memory.HBM)
+    if ins.engine is Engine.DMA:
+        plan.code = -1
+        plan.dma = _dma_plan(ins, core, reads, writes, plan)
+        return plan
+    cost = ins.cost(core)
+    plan.busy, plan.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
+    plan.nbytes = sum(nbytes for _, nbytes, _ in (*read_info, *write_info))
+    plan.code = STREAM_OF_ENGINE[ins.engine]
+    if plan.code == TENSOR:
+        pipeline = getattr(type(ins), "PIPELINE", "multiply")
+        plan.is_load = pipeline == "load"
+        plan.is_multiply = not plan.is_load
+        plan.is_matmul = ins.OPCODE == "MultiplyMoving"
+        if plan.is_load:
+            plan.code = TENSOR_LOAD
+    plan.ports = ports.held_by(plan.code, {memory for _, _, memory in (*read_info, *write_info)})
+    return plan
+
+
+def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
+              writes: tuple[AccessPattern, ...], plan: Plan) -> DmaPlan:
+    """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
+    on-chip side's partitions (``partitions_per_engine`` each, at most all engines)."""
+    dma = core.dma
+    queue = getattr(ins, "queue", None)
+    if queue is not None and not 0 <= queue < dma.queues_per_engine:
+        ins.fail(InvalidArgumentError(f"{ins.name}: DMA queue {queue} does not exist on {core.name} "
+                                      f"(queues 0..{dma.queues_per_engine - 1})"))
+    transfer = getattr(ins, "transfer", None)
+    if transfer is not None:
+        moved = transfer(core)
+        work, plan.nbytes = moved.engine_ns(core), moved.nbytes
+    else:  # a DMA-engine instruction without a transfer model: its cost alone on one engine
+        work = ins.cost(core).busy_ns - dma.start_latency_ns
+        plan.nbytes = max((ap.nbytes for ap in (*reads, *writes)), default=0)
+    on_chip = [ap.partitions for ap in (*writes, *reads) if ap.memory is not Memory.HBM]
+    partitions = on_chip[0] if on_chip else (writes[0].partitions if writes else 1)
+    engines = min(dma.engines, max(1, -(-partitions // dma.partitions_per_engine)))
+    hbm_bytes = plan.hbm_read + plan.hbm_write
+    work = max(float(work), 0.0)
+    return DmaPlan(work, engines, hbm_bytes / work if work > 0 else 0.0, queue)

@@ -1,0 +1,255 @@
+"""`Profile`: what a run took, one record per instruction plus a summary.
+
+Records are kept as numpy columns (start, end, done, stream, ...) so a 100,000-instruction run
+costs a few MB; `records` builds `InstructionRecord` objects (with operand descriptions and the
+user's source line) only when asked. Times are ns from the start of the run:
+
+- ``start_ns``: the instruction starts (for DMA: is triggered; data moves ``start_latency_ns``
+  later);
+- ``end_ns``: its stream is free again (the issue interval; for DMA: the last byte landed);
+- ``done_ns``: its results are visible to dependent instructions (start + latency).
+
+The summary (`ProfileSummary`) gives total latency, per-stream and per-engine active time and
+utilisation, where idle time went (what each stream waited on), TensorE FLOP utilisation
+against the core's peak for the dominant matmul precision (AWS's "hardware FLOPs utilisation"),
+DMA and HBM bytes and bandwidth, and SBUF/PSUM peak use.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from trnsim.sim.engines import CAUSE_NAMES, DMA_BASE, engine_name, stream_name
+
+
+@dataclass(frozen=True)
+class InstructionRecord:
+    index: int
+    opcode: str
+    label: str
+    engine: str  # "tensor", "vector", "scalar", "gpsimd", "sync", "dma"
+    stream: str  # the track: "tensor.load", "tensor", ..., "dma.q3"
+    queue: int | None  # DMA queue, None for engines
+    start_ns: float
+    end_ns: float
+    done_ns: float
+    operands: tuple[str, ...]  # written operands first, then read ones (AccessPattern.describe())
+    bytes: int  # DMA: bytes moved; engines: bytes read + written
+    flops: int
+    source: str | None
+    waited_on: str  # what set its start: a producer's engine, "in order", "tensor pipeline", ...
+
+    @property
+    def busy_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    name: str
+    engine: str
+    instructions: int
+    active_ns: float
+    utilisation: float  # active / total latency
+    waiting_ns: dict[str, float]  # idle before an instruction, by what it waited on
+    idle_after_ns: float  # from the stream's last instruction to the end of the run
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    core: str
+    total_ns: float
+    instructions: int
+    streams: dict[str, StreamSummary]
+    engine_active_ns: dict[str, float]  # union of an engine's streams' busy intervals
+    engine_utilisation: dict[str, float]
+    tensor_flops: int
+    tensor_precision: str | None  # the matmul precision with the most FLOPs
+    tensor_peak_flops: float | None  # FLOP/s of the core for that precision
+    tensor_flops_utilisation: float  # FLOPs / (total time x peak)
+    dma_bytes: int
+    dma_transfers: int
+    dma_bytes_per_s: float  # over the whole run
+    dma_active_ns: float  # time any DMA was in flight (trigger to last byte)
+    dma_active_bytes_per_s: float  # while any DMA was in flight
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    hbm_bytes_per_s: float
+    sbuf_peak_bytes_per_partition: int
+    sbuf_bytes_per_partition: int
+    psum_peak_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    flops_by_precision: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Profile:
+    """The timeline of one core's run. Built by `trnsim.sim.simulate`."""
+
+    def __init__(self, *, program, core, chip, core_index: int, mode: str, scheduler) -> None:
+        self.program = program
+        self.core = core
+        self.chip = chip
+        self.core_index = core_index
+        self.mode = mode
+        self.start_ns = np.array(scheduler.starts, dtype=np.float64)
+        self.end_ns = np.array(scheduler.ends, dtype=np.float64)
+        self.done_ns = np.array(scheduler.dones, dtype=np.float64)
+        self.stream = np.array(scheduler.codes, dtype=np.int32)
+        self.cause = np.array(scheduler.causes, dtype=np.int32)
+        # per-instruction figures: gathered from the (few) distinct plans by each record's plan id
+        distinct = scheduler.planner.distinct
+        uids = np.array(scheduler.uids, dtype=np.int64)
+
+        def column(attribute: str) -> np.ndarray:
+            table = np.array([getattr(p, attribute) for p in distinct] or [0], dtype=np.int64)
+            return table[uids]
+
+        self.flops = column("flops")
+        self.nbytes = column("nbytes")
+        self.hbm_read = column("hbm_read")
+        self.hbm_write = column("hbm_write")
+        counts = np.bincount(uids, minlength=len(distinct)) if len(uids) else []
+        by_precision: dict[str, int] = defaultdict(int)
+        for plan, count in zip(distinct, counts, strict=False):
+            if plan.flops and count:
+                by_precision[plan.precision or "fp32"] += plan.flops * int(count)
+        self.flops_by_precision = dict(by_precision)
+        regions = scheduler.regions
+        self.sbuf_peak_bytes_per_partition = (program.sbuf_peak_bytes_per_partition
+                                              or regions.sbuf.max_column)
+        self.psum_peak_bytes_per_partition = (program.psum_peak_bytes_per_partition
+                                              or regions.psum.max_column)
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def __repr__(self) -> str:
+        return (f"Profile({self.program.name!r} on {self.core.name} core {self.core_index}: "
+                f"{len(self)} instructions, {self.total_ns:,.0f} ns)")
+
+    @property
+    def total_ns(self) -> float:
+        """Latency of the run: when the last result became visible."""
+        return float(self.done_ns.max()) if len(self) else 0.0
+
+    # --- records -------------------------------------------------------------------------------
+    def record(self, index: int) -> InstructionRecord:
+        ins = self.program.instructions[index]
+        code = int(self.stream[index])
+        cause = int(self.cause[index])
+        operands = tuple(ap.describe() for ap in (*ins.writes(), *ins.reads()))
+        return InstructionRecord(
+            index=index, opcode=ins.OPCODE, label=ins.label, engine=engine_name(code),
+            stream=stream_name(code), queue=code - DMA_BASE if code >= DMA_BASE else None,
+            start_ns=float(self.start_ns[index]), end_ns=float(self.end_ns[index]),
+            done_ns=float(self.done_ns[index]), operands=operands, bytes=int(self.nbytes[index]),
+            flops=int(self.flops[index]), source=ins.source, waited_on=_cause_name(cause))
+
+    @property
+    def records(self) -> list[InstructionRecord]:
+        return [self.record(i) for i in range(len(self))]
+
+    # --- summary -------------------------------------------------------------------------------
+    @cached_property
+    def summary(self) -> ProfileSummary:
+        return summarise(self)
+
+    def summary_table(self) -> str:
+        from trnsim.sim.report import summary_table
+
+        return summary_table(self)
+
+    def to_dict(self, *, records: bool = False) -> dict:
+        """JSON-ready summary (and, with records=True, every instruction record)."""
+        out = {"program": self.program.name, "core": self.core.name, "core_index": self.core_index,
+               "chip": self.chip.name, "mode": self.mode, "summary": self.summary.to_dict()}
+        if records:
+            out["records"] = [asdict(r) for r in self.records]
+        return out
+
+    def to_perfetto(self, path) -> None:
+        """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
+        from trnsim.sim.perfetto import write_trace
+
+        write_trace([self], path)
+
+
+def _cause_name(cause: int) -> str:
+    return engine_name(cause) if cause >= 0 else CAUSE_NAMES.get(cause, "unknown")
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length of the union of intervals [starts[i], ends[i])."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    opens = np.empty(len(s), dtype=bool)
+    opens[0] = True
+    opens[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    segment_end = np.maximum.reduceat(e, first)
+    return float(np.sum(segment_end - s[first]))
+
+
+def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
+    index = np.flatnonzero(profile.stream == code)
+    starts, ends = profile.start_ns[index], profile.end_ns[index]
+    previous_end = np.concatenate([[0.0], np.maximum.accumulate(ends)[:-1]])
+    gaps = np.clip(starts - previous_end, 0.0, None)
+    waiting: dict[str, float] = defaultdict(float)
+    causes = profile.cause[index]
+    for cause in np.unique(causes):
+        waited = float(gaps[causes == cause].sum())
+        if waited > 0:
+            waiting[_cause_name(int(cause))] += waited
+    active = union_length(starts, ends)
+    return StreamSummary(name=stream_name(code), engine=engine_name(code), instructions=len(index),
+                         active_ns=active, utilisation=active / total if total else 0.0,
+                         waiting_ns=dict(sorted(waiting.items(), key=lambda kv: -kv[1])),
+                         idle_after_ns=max(total - float(ends.max()), 0.0))
+
+
+def summarise(profile: Profile) -> ProfileSummary:
+    total = profile.total_ns
+    codes = sorted(int(c) for c in np.unique(profile.stream))
+    streams = {stream_name(c): _stream_summary(profile, c, total) for c in codes}
+    engine_active: dict[str, float] = {}
+    for engine in dict.fromkeys(engine_name(c) for c in codes):
+        mask = np.isin(profile.stream, [c for c in codes if engine_name(c) == engine])
+        engine_active[engine] = union_length(profile.start_ns[mask], profile.end_ns[mask])
+    by_precision = profile.flops_by_precision
+    precision = max(by_precision, key=by_precision.get) if by_precision else None
+    peak = profile.core.peak_flops(precision) if precision else None
+    tensor_flops = int(profile.flops.sum())
+    seconds = total * 1e-9
+    dma = profile.stream >= DMA_BASE
+    dma_bytes = int(profile.nbytes[dma].sum())
+    dma_active = union_length(profile.start_ns[dma], profile.end_ns[dma])
+    hbm_read, hbm_write = int(profile.hbm_read.sum()), int(profile.hbm_write.sum())
+    core = profile.core
+    return ProfileSummary(
+        core=core.name, total_ns=total, instructions=len(profile), streams=streams,
+        engine_active_ns=engine_active,
+        engine_utilisation={k: (v / total if total else 0.0) for k, v in engine_active.items()},
+        tensor_flops=tensor_flops, tensor_precision=precision, tensor_peak_flops=peak,
+        tensor_flops_utilisation=(tensor_flops / (seconds * peak)) if peak and seconds else 0.0,
+        dma_bytes=dma_bytes, dma_transfers=int(dma.sum()),
+        dma_bytes_per_s=dma_bytes / seconds if seconds else 0.0,
+        dma_active_ns=dma_active,
+        dma_active_bytes_per_s=dma_bytes / (dma_active * 1e-9) if dma_active else 0.0,
+        hbm_read_bytes=hbm_read, hbm_write_bytes=hbm_write,
+        hbm_bytes_per_s=(hbm_read + hbm_write) / seconds if seconds else 0.0,
+        sbuf_peak_bytes_per_partition=int(profile.sbuf_peak_bytes_per_partition),
+        sbuf_bytes_per_partition=core.sbuf_bytes_per_partition,
+        psum_peak_bytes_per_partition=int(profile.psum_peak_bytes_per_partition),
+        psum_bytes_per_partition=core.psum_bytes_per_partition,
+        flops_by_precision=dict(by_precision))

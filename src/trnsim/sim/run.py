@@ -1,0 +1,148 @@
+"""`simulate` and `simulate_cores`: run programs, get output arrays and profiles.
+
+A run (1) checks the program (`Program.verify` semantics: every instruction's `check(core)`, HBM
+bounds), the chip and the inputs, (2) lays out the chip's HBM (inputs copied in, constants
+loaded, everything else NaN-filled) and each core's SBUF/PSUM, (3) steps the program(s) through
+the scheduler and, in functional mode, through each instruction's numpy semantics, and
+(4) returns outputs and a `Profile` per core. Timing-only mode skips (2)'s memories and the
+semantics; the timeline is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from trnsim import hardware
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa import Program
+from trnsim.numerics import cast
+from trnsim.sim.checks import check_array, check_chip, check_inputs, check_mode
+from trnsim.sim.chip import CoreRun, default_chip, make_schedulers, run_cores
+from trnsim.sim.memory import HbmSpace
+from trnsim.sim.profile import Profile
+from trnsim.sim.state import CoreState
+
+
+@dataclass
+class RunResult:
+    """Outputs (None in timing mode) and the timeline of one core's run.
+
+    Output arrays are views of the run's HBM buffers with the output tensors' shapes and dtypes;
+    a tensor shared between cores is the same array in every core's result.
+    """
+
+    outputs: dict[str, np.ndarray] | None
+    profile: Profile
+    core_index: int = 0
+
+    @property
+    def total_ns(self) -> float:
+        return self.profile.total_ns
+
+
+def simulate(program: Program, inputs: Mapping[str, np.ndarray] | None = None, *,
+             mode: str = "functional", seed: int = 0, chip=None) -> RunResult:
+    """Run one program on one core of `chip` (a ChipSpec or a name such as "trn2"; default: the
+    chip of the program's core version, see `default_chip`)."""
+    return simulate_cores([program], [inputs], chip=chip, mode=mode, seed=seed)[0]
+
+
+def simulate_cores(programs: Sequence[Program],
+                   inputs: Sequence[Mapping[str, np.ndarray] | None] | None = None, *, chip=None,
+                   mode: str = "functional", seed: int = 0,
+                   shared: Mapping[str, np.ndarray | None] | Iterable[str] | None = None,
+                   ) -> list[RunResult]:
+    """Run one program per core of one chip, concurrently.
+
+    inputs: one dict per program (or None). shared: HBM tensor names that are one buffer across
+    cores (as NKI SPMD kernels and LNC=2 see their arguments); a mapping may give a shared
+    tensor's initial value, otherwise it comes from the first core whose inputs name it.
+    """
+    programs = list(programs)
+    check_mode(mode)
+    if isinstance(chip, str):
+        chip = hardware.chip(chip)
+    elif chip is None and programs:
+        chip = default_chip(programs[0].target)
+    check_chip(programs, chip)
+    inputs = list(inputs) if inputs is not None else [None] * len(programs)
+    if len(inputs) != len(programs):
+        raise InvalidArgumentError(f"{len(programs)} programs but {len(inputs)} input dicts")
+    shared_values = _shared_values(shared)
+    functional = mode == "functional"
+    for program, given in zip(programs, inputs, strict=True):
+        provided = {k for k, v in shared_values.items() if v is not None}
+        provided |= {k for other in inputs if other for k in other if k in shared_values}
+        check_inputs(program, given, provided=provided, required=functional)
+    hbm = HbmSpace(chip.memory_bytes, chip.name)
+    keys = [_reserve_tensors(hbm, program, index, shared_values)
+            for index, program in enumerate(programs)]
+    schedulers = make_schedulers(chip, len(programs))
+    runs = [CoreRun(i, program, schedulers[i]) for i, program in enumerate(programs)]  # verifies
+    if functional:
+        _load_tensors(hbm, programs, inputs, keys, shared_values)
+        for i, run in enumerate(runs):
+            run.state = CoreState(chip.core, hbm, keys[i], seed=seed, core_index=i)
+    run_cores(runs)
+    results = []
+    for i, program in enumerate(programs):
+        profile = Profile(program=program, core=chip.core, chip=chip, core_index=i, mode=mode,
+                          scheduler=schedulers[i])
+        outputs = ({t.name: hbm.array(keys[i][t.name]) for t in program.outputs}
+                   if functional else None)
+        results.append(RunResult(outputs, profile, i))
+    return results
+
+
+def _shared_values(shared) -> dict[str, np.ndarray | None]:
+    if shared is None:
+        return {}
+    if isinstance(shared, Mapping):
+        return dict(shared)
+    if isinstance(shared, str):
+        return {shared: None}
+    return dict.fromkeys(shared)
+
+
+def _reserve_tensors(hbm: HbmSpace, program: Program, index: int,
+                     shared: dict[str, np.ndarray | None]) -> dict[str, str]:
+    """Account every HBM tensor of a program against the chip; returns name -> HBM key."""
+    keys = {}
+    for decl in program.tensors.values():
+        key = f"shared:{decl.name}" if decl.name in shared else f"core{index}:{decl.name}"
+        hbm.reserve(key, decl)
+        keys[decl.name] = key
+    return keys
+
+
+def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: list[dict[str, str]],
+                  shared: dict[str, np.ndarray | None]) -> None:
+    """Copy inputs and constants into HBM; everything else stays NaN-filled."""
+    loaded: set[str] = set()
+    for name, value in shared.items():
+        if value is None:
+            continue
+        owner = next((k for k in keys if name in k), None)
+        if owner is None:
+            raise InvalidArgumentError(f"shared tensor {name!r} is not declared by any program")
+        decl = next(p.tensors[name] for p in programs if name in p.tensors)
+        check_array(decl, value)
+        hbm.array(owner[name])[...] = value
+        loaded.add(owner[name])
+    for program, given, names in zip(programs, inputs, keys, strict=True):
+        for decl in program.tensors.values():
+            key = names[decl.name]
+            if key in loaded:
+                continue
+            if given and decl.kind == "input" and decl.name in given:
+                hbm.array(key)[...] = np.asarray(given[decl.name])
+                loaded.add(key)
+            elif decl.data is not None:
+                data = np.asarray(decl.data)
+                if data.dtype != decl.dtype.np_dtype:
+                    data = cast(data, decl.dtype)
+                hbm.array(key)[...] = data.reshape(decl.shape)
+                loaded.add(key)

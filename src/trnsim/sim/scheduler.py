@@ -1,0 +1,151 @@
+"""List scheduling of one core's program: in program order, each instruction at its earliest time.
+
+Every engine (TensorE, VectorE, ScalarE, GpSimd, Sync) runs its own in-order stream; the program
+order is split into those streams and each instruction starts at the earliest time that
+- its stream is free (the previous instruction of the stream finished its issue interval);
+- its dependencies are met (`trnsim.sim.dependencies`: RAW waits for the producer's latency,
+  WAR for the reader's busy end, WAW for the earlier write's completion unless the same in-order
+  stream made it, e.g. MultiplyMovings accumulating into one PSUM bank);
+- TensorE's pipelines allow it: a LoadStationary (load pipeline) may run while the previous
+  MultiplyMoving streams ("background LS") but not before that MultiplyMoving has started (the
+  array holds one stationary tile in use and one loading); a MultiplyMoving waits for the
+  LoadStationary before it and the previous MultiplyMoving;
+- on NeuronCore-v2, the shared SBUF port (VectorE/GpSimd) and PSUM port (VectorE/ScalarE) are
+  free for its whole issue interval (`CoreSpec.port_conflicts`);
+- DMA: see `trnsim.sim.dma`.
+
+Durations come only from `Instruction.cost` (busy = issue interval, latency = when results are
+visible) and `DmaTransfer.engine_ns`; the scheduler adds no constant of its own. Engines overlap
+whenever these rules allow. The result is deterministic.
+"""
+
+from __future__ import annotations
+
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa import Instruction
+from trnsim.sim.dependencies import RegionIndex
+from trnsim.sim.dma import DmaQueues
+from trnsim.sim.engines import DMA_BASE, NO_WAIT, PIPELINE, PORT, QUEUE, TENSOR, TENSOR_LOAD
+from trnsim.sim.plan import Plan, Planner, PortTable
+from trnsim.sim.resources import RateTimeline
+
+_PORT_PRUNE_EVERY = 512
+
+
+class CoreScheduler:
+    """Times the instructions of one core, one `step` at a time, and keeps the raw records."""
+
+    def __init__(self, core, hbm: RateTimeline | None = None) -> None:
+        self.core = core
+        self.regions = RegionIndex(core)
+        self.ports = PortTable(core)
+        self.planner = Planner(core, self.regions, self.ports)
+        self.dma = DmaQueues(core, hbm)
+        self.stream_free = [0.0] * DMA_BASE  # when each compute stream is free
+        self.last_multiply_start = 0.0
+        self.stationary_loaded = False
+        self.clock = 0.0  # latest start so far: how far this core has got (for interleaving cores)
+        self._port_bookings = 0
+        # raw per-instruction records, in program order
+        self.uids: list[int] = []
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.dones: list[float] = []
+        self.codes: list[int] = []
+        self.causes: list[int] = []
+
+    def prepare(self, program) -> list[Plan]:
+        """Check and plan every instruction (see `Planner.plan_program`)."""
+        return self.planner.plan_program(program)
+
+    def step(self, plan: Plan, ins: Instruction) -> None:
+        """Schedule the next instruction of the program (`plan` is its plan)."""
+        code = plan.code
+        # --- dependencies: the latest producer / reader / writer of overlapping bytes --------
+        ready = 0.0
+        cause = NO_WAIT
+        for region in plan.reads:
+            for other in region.neighbors:
+                if other.w_ready > ready:
+                    ready = other.w_ready
+                    cause = other.w_engine
+        if plan.writes:
+            same = code if code >= 0 else (DMA_BASE + plan.dma.queue if plan.dma.queue is not None
+                                           else -99)
+            for region in plan.writes:
+                for other in region.neighbors:
+                    if other.r_done > ready:
+                        ready = other.r_done
+                        cause = other.r_engine
+                    if other.w_ready > ready and other.w_engine != same:
+                        ready = other.w_ready
+                        cause = other.w_engine
+        # --- the stream, its pipeline and ports ------------------------------------------------
+        if code < 0:
+            queue, start, end = self.dma.schedule(plan, ready)
+            code = DMA_BASE + queue
+            if start > ready:
+                cause = QUEUE
+            done = end
+        else:
+            start = self.stream_free[code]
+            if ready > start:
+                start = ready
+            else:
+                cause = NO_WAIT
+            if code <= TENSOR:  # TensorE's load or multiply pipeline
+                start, cause = self._tensor_pipeline(plan, ins, start, cause)
+            if plan.ports:
+                start, cause = self._book_ports(plan, start, cause)
+            end = start + plan.busy
+            done = start + plan.latency
+            self.stream_free[code] = end
+        # --- commit ---------------------------------------------------------------------------
+        for region in plan.reads:
+            if end > region.r_done:
+                region.r_done = end
+                region.r_engine = code
+        for region in plan.writes:
+            if done > region.w_ready:
+                region.w_ready = done
+            region.w_engine = code
+        if start > self.clock:
+            self.clock = start
+        self.uids.append(plan.uid)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.dones.append(done)
+        self.codes.append(code)
+        self.causes.append(cause)
+
+    def _tensor_pipeline(self, plan: Plan, ins: Instruction, start: float, cause: int) -> tuple[float, int]:
+        if plan.is_load:
+            if self.last_multiply_start > start:
+                start, cause = self.last_multiply_start, PIPELINE
+            self.stationary_loaded = True
+            return start, cause
+        if plan.is_matmul and not self.stationary_loaded:
+            ins.fail(InvalidArgumentError(f"{ins.name}: MultiplyMoving with no stationary tile loaded "
+                                          f"(no LoadStationary before it)"))
+        load_done = self.stream_free[TENSOR_LOAD]
+        if load_done > start:
+            start, cause = load_done, PIPELINE
+        self.last_multiply_start = start  # TensorE holds no shared port: this is its start
+        return start, cause
+
+    def _book_ports(self, plan: Plan, start: float, cause: int) -> tuple[float, int]:
+        busy = plan.busy
+        while True:
+            moved = start
+            for port in plan.ports:
+                moved = port.earliest(moved, busy)
+            if moved == start:
+                break
+            start, cause = moved, PORT
+        for port in plan.ports:
+            port.book(start, start + busy)
+        self._port_bookings += 1
+        if self._port_bookings % _PORT_PRUNE_EVERY == 0:
+            for streams, _, port in self.ports.ports:
+                port.prune(min(self.stream_free[s] for s in streams))
+        return start, cause

@@ -1,0 +1,92 @@
+"""`CoreState`: the `trnsim.isa.ExecutionState` an instruction's semantics run against.
+
+Reads are strided numpy views of the byte-addressed memories (read-only, so an instruction that
+modified an input in place would fail loudly); writes cast with the process rounding
+(RNE, or stochastic if NEURON_RT_STOCHASTIC_ROUNDING_EN is set when the run starts) straight into
+the destination view; PSUM accumulation adds in fp32 in place. Nothing copies a whole buffer.
+
+Randomness is per run and per core: stochastic rounding and `random_uniform` draw from
+`CounterRNG(seed, stream)` with streams 2*core and 2*core+1, so the same program, inputs and seed
+give the same bits on every machine and in every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa import AccessPattern, Engine, Memory
+from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute
+from trnsim.sim.memory import HbmSpace, MemoryViews, OnChipMemory
+
+
+class CoreState:
+    """Memories, per-engine scratch state and random streams of one simulated NeuronCore."""
+
+    def __init__(self, core, hbm: HbmSpace, hbm_keys: dict[str, str], *, seed: int = 0,
+                 core_index: int = 0) -> None:
+        self.core = core
+        self.sbuf = OnChipMemory(Memory.SBUF, core.partitions, core.sbuf_bytes_per_partition)
+        self.psum = OnChipMemory(Memory.PSUM, core.partitions, core.psum_bytes_per_partition)
+        self.hbm = hbm
+        self._hbm_keys = hbm_keys  # program tensor name -> chip HBM key (shared tensors alias)
+        self._engines: dict[Engine, dict] = {}
+        self.rounding = default_rounding() if core.version >= 2 else "rne"
+        self._sr_rng = CounterRNG(seed, 2 * core_index + 1)
+        self._rng = CounterRNG(seed, 2 * core_index)
+
+    # --- the ExecutionState protocol -----------------------------------------------------------
+    def read(self, ap: AccessPattern) -> np.ndarray:
+        return self._memory(ap).views(ap)[1]
+
+    def read_compute(self, ap: AccessPattern) -> np.ndarray:
+        return to_compute(self._memory(ap).views(ap)[1], ap.dtype)
+
+    def write(self, ap: AccessPattern, values) -> None:
+        view = self._memory(ap).views(ap)[0]
+        dt = ap.dtype
+        array = values if isinstance(values, np.ndarray) else np.asarray(values)
+        if array.dtype != dt.np_dtype or dt.name == "tfloat32":
+            array = cast(array, dt, rounding=self.rounding,
+                         rng=self._sr_rng if self.rounding == "stochastic" else None)
+        try:
+            view[...] = array
+        except ValueError:
+            raise InvalidArgumentError(f"cannot store a result of shape {list(array.shape)} into "
+                                       f"{ap.describe()} (shape {list(ap.shape)})") from None
+
+    def accumulate(self, ap: AccessPattern, values) -> None:
+        view = self._memory(ap).views(ap)[0]
+        if ap.dtype.name == "float32":
+            try:
+                np.add(view, values, out=view, dtype=np.float32)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"cannot accumulate a result of shape {list(np.shape(values))} into "
+                    f"{ap.describe()} (shape {list(ap.shape)})") from None
+            return
+        # NeuronCore-v4 BF16 accumulation: fp32 add, then the cast of the write.
+        self.write(ap, to_compute(view, ap.dtype) + np.asarray(values, dtype=np.float32))
+
+    def engine_state(self, engine: Engine) -> dict:
+        scratch = self._engines.get(engine)
+        if scratch is None:
+            scratch = self._engines[engine] = {}
+        return scratch
+
+    def random_uniform(self, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        return self._rng.uniform(count).reshape(shape)
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _memory(self, ap: AccessPattern) -> MemoryViews:
+        memory = ap.memory
+        if memory is Memory.SBUF:
+            return self.sbuf
+        if memory is Memory.PSUM:
+            return self.psum
+        key = self._hbm_keys.get(ap.tensor)
+        if key is None:
+            raise InvalidArgumentError(f"unknown HBM tensor {ap.tensor!r} in {ap.describe()}; "
+                                       f"declared: {', '.join(sorted(self._hbm_keys)) or 'none'}")
+        return self.hbm.tensor(key)

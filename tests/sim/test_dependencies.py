@@ -1,0 +1,50 @@
+"""Footprints: exact rectangles on chip and in HBM row bands; neighbour discovery."""
+
+import random
+
+from tests.sim.helpers import hbm_ap, sbuf_ap
+from trnsim import hardware
+from trnsim.sim.dependencies import Region, RegionIndex, _Space
+
+
+def test_sbuf_rectangles_overlap_only_on_shared_bytes_and_partitions():
+    index = RegionIndex(hardware.core("v2"))
+    a = index.region(sbuf_ap(0, 64, (16,), "float32"))
+    b = index.region(sbuf_ap(0, 64, (16,), "float32", start=64))  # other partitions
+    c = index.region(sbuf_ap(64, 128, (16,), "float32"))  # next bytes
+    d = index.region(sbuf_ap(32, 128, (16,), "float32"))  # straddles a and c
+    assert b not in a.neighbors and c not in a.neighbors
+    assert set(d.neighbors) == {a, b, c, d}
+    assert index.region(sbuf_ap(0, 64, (16,), "float32")) is a  # same footprint, same region
+
+
+def test_hbm_blocks_of_one_row_band_are_independent():
+    index = RegionIndex(hardware.core("v2"))
+    left = index.region(hbm_ap("x", "bfloat16", 128, 8192, ((1, 512),)))
+    right = index.region(hbm_ap("x", "bfloat16", 128, 8192, ((1, 512),), offset_elements=512))
+    assert right not in left.neighbors
+    flat = index.region(hbm_ap("x", "bfloat16", 1, 0, ((1, 600),)))  # row 0, columns 0..599, flat
+    assert left in flat.neighbors and right in flat.neighbors
+    other = index.region(hbm_ap("y", "bfloat16", 128, 8192, ((1, 512),)))
+    assert other.neighbors == [other]
+
+
+def test_vectorised_discovery_matches_pairwise_overlap():
+    rng = random.Random(0)
+    space = _Space()
+    regions = []
+    for _ in range(200):
+        pitch = rng.choice([0, 64, 128])
+        r0 = rng.randrange(0, 8)
+        c0 = rng.randrange(0, 60)
+        regions.append(space.get(pitch, r0, r0 + rng.randrange(1, 4), c0, c0 + rng.randrange(1, 20)))
+    for region in regions:
+        expected = {id(o) for o in regions if o.overlaps(region)}
+        assert {id(o) for o in region.neighbors} == expected
+
+
+def test_region_overlap_falls_back_to_flat_spans_across_pitches():
+    a = Region(64, 0, 2, 0, 8)  # bytes 0-7 and 64-71
+    b = Region(32, 1, 2, 0, 8)  # bytes 32-39: inside a's flat span, not its bytes
+    assert a.overlaps(b)  # conservative
+    assert not Region(64, 0, 2, 0, 8).overlaps(Region(64, 0, 2, 8, 16))

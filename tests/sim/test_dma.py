@@ -1,0 +1,149 @@
+"""DMA timing: engine bandwidth, descriptor efficiency, queues, start latency, HBM sharing.
+
+Expected figures come from hardware.md section 6 fact 7 (17/23/33 B/ns per engine, 8 partitions
+per engine, ~1,300 ns to start) and the catalog's descriptor model: a contiguous chunk of d bytes
+moves at d / (d + descriptor_overhead_bytes) of an engine's rate.
+"""
+
+import dataclasses
+
+import pytest
+
+from tests.sim.helpers import builder, core
+from trnsim import hardware
+from trnsim.isa import DmaCopy, TensorCopy
+from trnsim.sim import simulate
+
+EXACT = 1e-9
+
+
+def _efficiency(spec, chunk_bytes: int) -> float:
+    return chunk_bytes / (chunk_bytes + spec.dma.descriptor_overhead_bytes)
+
+
+def _engine_bytes_per_ns(spec) -> float:
+    return spec.dma.bytes_per_s_per_engine / 1e9
+
+
+def test_dma_bound_loop_runs_at_the_engines_bandwidth():
+    spec = core("v2")
+    count, row_bytes = 24, 8192
+    b = builder()
+    x = b.input("x", (count * 128, row_bytes // 4), "float32")
+    tiles = [b.tile((128, row_bytes // 4), "float32") for _ in range(3)]
+    outs = [b.tile((128, row_bytes // 4), "float32") for _ in range(3)]
+    for i in range(count):  # load a tile, touch it on VectorE; triple-buffered
+        b.emit(DmaCopy(dst=tiles[i % 3], src=x.block((i * 128, 0), (128, row_bytes // 4))),
+               TensorCopy(dst=outs[i % 3], src=tiles[i % 3], engine="vector"))
+    profile = simulate(b.build(), mode="timing").profile
+    per_tile_bytes = 128 * row_bytes
+    rate = spec.dma.engines * _engine_bytes_per_ns(spec) * _efficiency(spec, row_bytes)  # B/ns
+    copy_latency = (row_bytes // 4 + 100 + 120) * 1e9 / spec.vector.clock_hz
+    expected = spec.dma.start_latency_ns + count * per_tile_bytes / rate + copy_latency
+    assert profile.total_ns == pytest.approx(expected, rel=EXACT)
+    summary = profile.summary
+    assert summary.dma_bytes == count * per_tile_bytes
+    # DMA-bound: VectorE is busy only for its copies and otherwise waits on DMA
+    vector = summary.streams["vector"]
+    copy_busy = (row_bytes // 4) * 1e9 / spec.vector.clock_hz
+    assert vector.utilisation == pytest.approx(count * copy_busy / profile.total_ns, rel=EXACT)
+    assert vector.waiting_ns["dma"] == pytest.approx(
+        profile.total_ns - count * copy_busy - vector.idle_after_ns, rel=EXACT)
+
+
+def test_validation_point_32_kib_on_one_engine():
+    """hardware.md: "32 KiB on one engine measured 1,416 ns". The documented rates reproduce it
+    for the data phase on NeuronCore-v3 (23 B/ns) within 5 %: 32768 / (23 x 32768/33280) = 1,446 ns.
+    With the ~1,300 ns start latency on top the model gives ~2,750 ns, so the measurement cannot
+    include that latency (see the report)."""
+    spec = core("v3")
+    b = builder("v3")
+    x = b.input("x", (1, 8192), "float32")
+    tile = b.tile((1, 8192), "float32")
+    b.emit(DmaCopy(dst=tile, src=x.block()))
+    profile = simulate(b.build(), mode="timing").profile
+    data_ns = profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns
+    assert data_ns == pytest.approx(1416, rel=0.05)
+
+
+def test_small_transfers_per_partition_are_inefficient():
+    spec = core("v2")
+
+    def time_per_byte(row_bytes: int) -> float:
+        b = builder()
+        x = b.input("x", (128, row_bytes // 4), "float32")
+        tile = b.tile((128, row_bytes // 4), "float32")
+        b.emit(DmaCopy(dst=tile, src=x.block()))
+        profile = simulate(b.build(), mode="timing").profile
+        return (profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns) / (128 * row_bytes)
+
+    small, large = time_per_byte(512), time_per_byte(4096)
+    assert small / large == pytest.approx(_efficiency(spec, 4096) / _efficiency(spec, 512), rel=EXACT)
+    assert small / large > 1.7  # 512 B per partition runs at about half the rate of 4 KiB
+
+
+def test_partitions_spread_over_engines_eight_each():
+    spec = core("v2")
+
+    def data_ns(partitions: int) -> float:
+        b = builder()
+        x = b.input("x", (partitions, 1024), "float32")
+        tile = b.tile((partitions, 1024), "float32")
+        b.emit(DmaCopy(dst=tile, src=x.block()))
+        profile = simulate(b.build(), mode="timing").profile
+        return profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns
+
+    per_engine = 8 * 4096 / (_engine_bytes_per_ns(spec) * _efficiency(spec, 4096))
+    assert data_ns(8) == pytest.approx(per_engine, rel=EXACT)  # one engine
+    assert data_ns(128) == pytest.approx(per_engine, rel=EXACT)  # 16 engines, 16x the bytes
+    assert data_ns(64) == pytest.approx(per_engine, rel=EXACT)  # 8 engines
+
+
+def _two_small_dmas(queues: tuple[int | None, int | None]):
+    b = builder()
+    x = b.input("x", (16, 1024), "float32")
+    tiles = [b.tile((8, 1024), "float32") for _ in range(2)]
+    for i, queue in enumerate(queues):
+        b.emit(DmaCopy(dst=tiles[i], src=x.block((8 * i, 0), (8, 1024)), queue=queue))
+    return simulate(b.build(), mode="timing").profile
+
+
+def test_a_queue_is_fifo_and_queues_run_concurrently():
+    spec = core("v2")
+    one = 8 * 4096 / (_engine_bytes_per_ns(spec) * _efficiency(spec, 4096))
+    latency = spec.dma.start_latency_ns
+    apart = _two_small_dmas((0, 1))
+    assert apart.total_ns == pytest.approx(latency + one, rel=EXACT)
+    same = _two_small_dmas((3, 3))
+    assert same.total_ns == pytest.approx(latency + 2 * one, rel=EXACT)
+    assert [r.queue for r in same.records] == [3, 3]
+    assert {r.stream for r in same.records} == {"dma.q3"}
+
+
+def test_sbuf_to_sbuf_dma_does_not_use_hbm_bandwidth():
+    chip = hardware.chip("inferentia")  # 50 GiB/s of DRAM for 272 GB/s of DMA engines: HBM-bound
+    spec = chip.core
+
+    def data_ns(from_hbm: bool) -> float:
+        b = builder("v1")
+        x = b.input("x", (128, 2048), "float32")
+        src = b.tile((128, 2048), "float32")
+        dst = b.tile((128, 2048), "float32")
+        b.emit(DmaCopy(dst=dst, src=x.block() if from_hbm else src))
+        profile = simulate(b.build(), mode="timing", chip=chip).profile
+        return profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns
+
+    nbytes = 128 * 8192
+    assert data_ns(True) == pytest.approx(nbytes / (chip.memory_bytes_per_s / 1e9), rel=EXACT)
+    engines = spec.dma.engines * _engine_bytes_per_ns(spec) * _efficiency(spec, 8192)
+    assert data_ns(False) == pytest.approx(nbytes / engines, rel=EXACT)
+
+
+def test_hbm_timeline_only_when_the_cores_can_saturate_it():
+    from trnsim.sim.dma import hbm_timeline
+
+    trainium = hardware.chip("trainium")
+    assert hbm_timeline(trainium, 2) is None  # 2 x 272 GB/s < 880 GB/s
+    slow = dataclasses.replace(trainium, memory_bytes_per_s=300e9)
+    assert hbm_timeline(slow, 1) is None
+    assert hbm_timeline(slow, 2).capacity == pytest.approx(300.0)
