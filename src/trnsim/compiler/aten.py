@@ -1,0 +1,482 @@
+"""ATen (core IR, after decomposition) -> trnsim graph IR: one small translation per overload.
+
+`TRANSLATIONS` is the op coverage table: an ATen overload is supported exactly when it has an
+entry here. Each entry receives the FX node's arguments (operands already translated to IR nodes,
+Python numbers and lists as they are) and emits IR nodes through the `Translator`. An overload
+without an entry becomes an `UnsupportedOp`; capture collects every one before failing.
+
+Why translate instead of keeping ATen's names: the passes and the kernel library then see one
+``add`` instead of add.Tensor/add.Scalar/addmm's bias, one ``matmul`` for mm/bmm/addmm, one
+``reshape`` for view/unsqueeze/squeeze/flatten/select's drop, so each rule is written once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trnsim.compiler.ir import Graph, Node
+from trnsim.compiler.ops import norm_axis
+from trnsim.errors import UnsupportedError
+from trnsim.numerics import DType, dtype
+
+Translation = Callable[..., Any]
+TRANSLATIONS: dict[str, Translation] = {}
+
+# Ops that produce nothing the graph needs (checks torch.export leaves behind).
+IGNORED = frozenset({"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+                     "aten.sym_constrain_range_for_size.default",
+                     "aten._assert_async.msg", "aten.sym_constrain_range.default"})
+
+
+def ir_dtype(torch_dtype: Any) -> DType:
+    """The trnsim dtype a torch dtype computes in: 64-bit types narrow to 32 (no 64-bit datapath)."""
+    name = str(torch_dtype).replace("torch.", "")
+    if name in ("int64", "uint64"):
+        return dtype("int32")
+    if name == "float64":
+        return dtype("float32")
+    if name.startswith("complex"):
+        raise UnsupportedError(f"{name} tensors (no complex datapath on a NeuronCore)")
+    return dtype(name)
+
+
+class Translator:
+    """Emits IR for one FX node at a time; knows the node's source line and PyTorch's answer."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.source: str | None = None
+        self.expected: Any = None  # the FX node's meta["val"] (FakeTensor or tuple)
+        self.current_target = ""  # "aten.add.Tensor": the overload being translated
+
+    def emit(self, op: str, inputs: Sequence[Node] = (), **attrs: Any) -> Node:
+        return self.graph.add(op, list(inputs), attrs, source=self.source)
+
+    def tensor(self, value: Any, like: Node | None = None) -> Node:
+        """An operand: an IR node as is; a Python number becomes a weak ``scalar`` node."""
+        if isinstance(value, Node):
+            return value
+        if isinstance(value, bool):
+            return self.graph.add_scalar(value, "bool_")
+        if isinstance(value, int):
+            return self.graph.add_scalar(value, "int32")
+        if isinstance(value, float):
+            return self.graph.add_scalar(value, "float32")
+        raise UnsupportedError(f"operand of type {type(value).__name__}")
+
+    def out_dtype(self) -> DType:
+        return ir_dtype(self.expected.dtype)
+
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.expected.shape)
+
+
+def aten(*names: str) -> Callable[[Translation], Translation]:
+    def decorate(fn: Translation) -> Translation:
+        for name in names:
+            TRANSLATIONS[f"aten.{name}"] = fn
+        return fn
+    return decorate
+
+
+def supported_ops() -> list[str]:
+    """Every ATen overload trnsim translates, as ``aten::name.overload``."""
+    return sorted(k.replace("aten.", "aten::", 1) for k in TRANSLATIONS)
+
+
+# --- identities -------------------------------------------------------------------------------
+@aten("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
+      "contiguous.default")
+def _identity(cx: Translator, x: Node, *args: Any, **kwargs: Any) -> Node:
+    return x
+
+
+@aten("_to_copy.default")
+def _to_copy(cx: Translator, x: Node, **kwargs: Any) -> Node:
+    target = cx.out_dtype()
+    return x if target == x.dtype else cx.emit("cast", [x], dtype=target.name)
+
+
+# --- elementwise ----------------------------------------------------------------------------
+for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+              "relu", "erf", "sin", "cos", "floor", "ceil", "sign", "logical_not"):
+    def _unary(cx: Translator, x: Node, _op: str = _name) -> Node:
+        return cx.emit(_op, [x])
+    TRANSLATIONS[f"aten.{_name}.default"] = _unary
+TRANSLATIONS["aten.round.default"] = lambda cx, x: cx.emit("round", [x])
+
+
+@aten("gelu.default")
+def _gelu(cx: Translator, x: Node, approximate: str = "none") -> Node:
+    return cx.emit("gelu", [x], approximate=approximate)
+
+
+@aten("silu.default")
+def _silu(cx: Translator, x: Node) -> Node:
+    return cx.emit("silu", [x])
+
+
+@aten("clamp.default")
+def _clamp(cx: Translator, x: Node, min: float | None = None, max: float | None = None) -> Node:
+    return cx.emit("clamp", [x], min=min, max=max)
+
+
+@aten("hardtanh.default")
+def _hardtanh(cx: Translator, x: Node, min_val: float = -1.0, max_val: float = 1.0) -> Node:
+    return cx.emit("clamp", [x], min=min_val, max=max_val)
+
+
+def _binary(op: str, **fixed: Any) -> Translation:
+    def translate(cx: Translator, a: Any, b: Any, alpha: Any = 1) -> Node:
+        x, y = cx.tensor(a), cx.tensor(b)
+        if alpha != 1:
+            y = cx.emit("mul", [y, cx.tensor(alpha)])
+        return cx.emit(op, [x, y], **fixed)
+    return translate
+
+
+for _aten_name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"),
+                        ("maximum", "maximum"), ("minimum", "minimum"),
+                        ("remainder", "remainder"), ("eq", "eq"), ("ne", "ne"), ("lt", "lt"),
+                        ("le", "le"), ("gt", "gt"), ("ge", "ge"),
+                        ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"),
+                        ("bitwise_xor", "bitwise_xor"), ("logical_and", "logical_and"),
+                        ("logical_or", "logical_or"), ("logical_xor", "logical_xor")):
+    for _overload in ("Tensor", "Scalar", "default"):
+        TRANSLATIONS[f"aten.{_aten_name}.{_overload}"] = _binary(_op)
+for _overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar"):
+    TRANSLATIONS[f"aten.pow.{_overload}"] = _binary("pow")
+
+
+@aten("div.Tensor", "div.Scalar")
+def _div(cx: Translator, a: Any, b: Any) -> Node:
+    return cx.emit("div", [cx.tensor(a), cx.tensor(b)], true_div=True)
+
+
+@aten("div.Tensor_mode", "div.Scalar_mode")
+def _div_mode(cx: Translator, a: Any, b: Any, rounding_mode: str | None = None) -> Node:
+    out = cx.emit("div", [cx.tensor(a), cx.tensor(b)], true_div=rounding_mode is None)
+    if rounding_mode == "floor":
+        out = cx.emit("floor", [out])
+    elif rounding_mode == "trunc":
+        out = cx.emit("mul", [cx.emit("sign", [out]), cx.emit("floor", [cx.emit("abs", [out])])])
+    return out if out.dtype == cx.out_dtype() else cx.emit("cast", [out], dtype=cx.out_dtype().name)
+
+
+@aten("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+def _where(cx: Translator, cond: Node, x: Any, y: Any) -> Node:
+    return cx.emit("where", [cond, cx.tensor(x), cx.tensor(y)])
+
+
+@aten("masked_fill.Scalar", "masked_fill.Tensor")
+def _masked_fill(cx: Translator, x: Node, mask: Node, value: Any) -> Node:
+    return cx.emit("where", [mask, cx.tensor(value), x])
+
+
+# --- reductions -------------------------------------------------------------------------------
+def _axes(x: Node, dims: Any) -> tuple[int, ...]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(x.rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return tuple(sorted({norm_axis(d, x.rank) for d in dims}))
+
+
+def _reduction(op: str) -> Translation:
+    def translate(cx: Translator, x: Node, dims: Any = None, keepdim: bool = False,
+                  dtype: Any = None, **kwargs: Any) -> Node:
+        if isinstance(dims, bool):  # any.default(x) style calls have no dims
+            dims, keepdim = None, dims
+        out = cx.emit(op, [x], axes=_axes(x, dims), keepdim=bool(keepdim))
+        target = cx.out_dtype()
+        return out if out.dtype == target else cx.emit("cast", [out], dtype=target.name)
+    return translate
+
+
+for _op, _overloads in (("sum", ("dim_IntList", "default")), ("mean", ("dim", "default")),
+                        ("amax", ("default",)), ("amin", ("default",)),
+                        ("prod", ("dim_int", "default")), ("any", ("dim", "dims", "default")),
+                        ("all", ("dim", "dims", "default"))):
+    for _overload in _overloads:
+        TRANSLATIONS[f"aten.{_op}.{_overload}"] = _reduction(_op)
+
+
+@aten("argmax.default", "argmin.default")
+def _argmax(cx: Translator, x: Node, dim: int | None = None, keepdim: bool = False) -> Node:
+    op = "argmax" if cx.current_target.startswith("aten.argmax") else "argmin"
+    if dim is None:
+        x = cx.emit("reshape", [x], shape=(x.numel,))
+        dim = 0
+    return cx.emit(op, [x], axes=_axes(x, dim), keepdim=bool(keepdim))
+
+
+@aten("var.correction")
+def _var(cx: Translator, x: Node, dims: Any = None, *, correction: float | None = 1,
+         keepdim: bool = False) -> Node:
+    return cx.emit("var", [x], axes=_axes(x, dims), keepdim=bool(keepdim),
+                   correction=1 if correction is None else correction)
+
+
+@aten("_softmax.default", "_log_softmax.default")
+def _softmax(cx: Translator, x: Node, dim: int, half_to_float: bool = False) -> Node:
+    op = "log_softmax" if "log" in cx.current_target else "softmax"
+    return cx.emit(op, [x], axis=norm_axis(dim, x.rank))
+
+
+@aten("cumsum.default")
+def _cumsum(cx: Translator, x: Node, dim: int, dtype: Any = None) -> Node:
+    out = cx.emit("cumsum", [x], axis=norm_axis(dim, x.rank))
+    return out if out.dtype == cx.out_dtype() else cx.emit("cast", [out], dtype=cx.out_dtype().name)
+
+
+# --- matmul, convolution, pooling, normalisation ------------------------------------------------
+@aten("mm.default", "bmm.default")
+def _mm(cx: Translator, a: Node, b: Node) -> Node:
+    return cx.emit("matmul", [a, b])
+
+
+@aten("addmm.default")
+def _addmm(cx: Translator, bias: Node, a: Node, b: Node, *, beta: Any = 1, alpha: Any = 1) -> Node:
+    out = cx.emit("matmul", [a, b])
+    if alpha != 1:
+        out = cx.emit("mul", [out, cx.tensor(alpha)])
+    if beta != 1:
+        bias = cx.emit("mul", [bias, cx.tensor(beta)])
+    return cx.emit("add", [out, bias])
+
+
+@aten("convolution.default")
+def _convolution(cx: Translator, x: Node, w: Node, b: Node | None, stride: Sequence[int],
+                 padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                 output_padding: Sequence[int], groups: int) -> Node:
+    if transposed:
+        raise UnsupportedError("transposed convolution")
+    if x.rank == 3:  # conv1d: run as conv2d over a height of 1
+        x4 = cx.emit("reshape", [x], shape=(x.shape[0], x.shape[1], 1, x.shape[2]))
+        w4 = cx.emit("reshape", [w], shape=(w.shape[0], w.shape[1], 1, w.shape[2]))
+        out = _conv2d(cx, x4, w4, b, (1, stride[0]), (0, padding[0]), (1, dilation[0]), groups)
+        return cx.emit("reshape", [out], shape=cx.out_shape())
+    if x.rank != 4:
+        raise UnsupportedError(f"{x.rank - 2}-D convolution (1-D and 2-D are supported)")
+    return _conv2d(cx, x, w, b, stride, padding, dilation, groups)
+
+
+def _conv2d(cx: Translator, x: Node, w: Node, b: Node | None, stride: Sequence[int],
+            padding: Sequence[int], dilation: Sequence[int], groups: int) -> Node:
+    two = lambda v: tuple(int(i) for i in (v if len(v) == 2 else (v[0], v[0])))  # noqa: E731
+    inputs = [x, w] + ([b] if b is not None else [])
+    return cx.emit("conv2d", inputs, stride=two(stride), padding=two(padding),
+                   dilation=two(dilation), groups=int(groups))
+
+
+def _pair(v: Any, default: Sequence[int] | None = None) -> tuple[int, int]:
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        assert default is not None
+        v = default
+    if isinstance(v, int):
+        return (v, v)
+    return (int(v[0]), int(v[-1])) if len(v) <= 2 else (int(v[0]), int(v[1]))
+
+
+@aten("max_pool2d_with_indices.default", "max_pool2d.default")
+def _max_pool2d(cx: Translator, x: Node, kernel: Any, stride: Any = None, padding: Any = 0,
+                dilation: Any = 1, ceil_mode: bool = False) -> Any:
+    k = _pair(kernel)
+    out = cx.emit("max_pool2d", [x], kernel=k, stride=_pair(stride, k), padding=_pair(padding),
+                  dilation=_pair(dilation), ceil_mode=bool(ceil_mode))
+    return (out, None) if "with_indices" in cx.current_target else out
+
+
+@aten("avg_pool2d.default")
+def _avg_pool2d(cx: Translator, x: Node, kernel: Any, stride: Any = None, padding: Any = 0,
+                ceil_mode: bool = False, count_include_pad: bool = True,
+                divisor_override: int | None = None) -> Node:
+    k = _pair(kernel)
+    return cx.emit("avg_pool2d", [x], kernel=k, stride=_pair(stride, k), padding=_pair(padding),
+                   ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad),
+                   divisor_override=divisor_override)
+
+
+@aten("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(cx: Translator, x: Node, output_size: Any) -> Node:
+    return cx.emit("adaptive_avg_pool2d", [x], output_size=_pair(output_size))
+
+
+@aten("native_layer_norm.default")
+def _layer_norm(cx: Translator, x: Node, shape: Sequence[int], w: Node | None, b: Node | None,
+                eps: float) -> tuple[Node, None, None]:
+    inputs = [x] + [p for p in (w, b) if p is not None]
+    out = cx.emit("layer_norm", inputs, normalized=len(shape), eps=float(eps),
+                  weight=w is not None, bias=b is not None)
+    return out, None, None
+
+
+@aten("_native_batch_norm_legit_no_training.default")
+def _batch_norm(cx: Translator, x: Node, w: Node | None, b: Node | None, mean: Node, var: Node,
+                momentum: float, eps: float) -> tuple[Node, None, None]:
+    c = x.shape[1]
+    g = cx.graph
+    import numpy as np
+    w = w if w is not None else g.add_constant(np.ones(c, np.float32), name="bn_ones")
+    b = b if b is not None else g.add_constant(np.zeros(c, np.float32), name="bn_zeros")
+    return cx.emit("batch_norm", [x, w, b, mean, var], eps=float(eps)), None, None
+
+
+# --- gathers ----------------------------------------------------------------------------------
+@aten("embedding.default")
+def _embedding(cx: Translator, w: Node, idx: Node, *args: Any) -> Node:
+    return cx.emit("embedding", [w, idx])
+
+
+@aten("gather.default")
+def _gather(cx: Translator, x: Node, dim: int, index: Node, sparse_grad: bool = False) -> Node:
+    return cx.emit("gather", [x, index], axis=norm_axis(dim, x.rank))
+
+
+@aten("index.Tensor")
+def _index(cx: Translator, x: Node, indices: Sequence[Node | None]) -> Node:
+    dims = tuple(d for d, i in enumerate(indices) if i is not None)
+    return cx.emit("index", [x, *(i for i in indices if i is not None)], dims=dims)
+
+
+@aten("index_select.default")
+def _index_select(cx: Translator, x: Node, dim: int, index: Node) -> Node:
+    return cx.emit("index_select", [x, index], axis=norm_axis(dim, x.rank))
+
+
+# --- views and data movement ----------------------------------------------------------------
+@aten("view.default", "_unsafe_view.default", "reshape.default", "squeeze.dim", "squeeze.dims",
+      "squeeze.default", "unsqueeze.default", "flatten.using_ints")
+def _reshape(cx: Translator, x: Node, *args: Any) -> Node:
+    shape = cx.out_shape()
+    return x if shape == x.shape else cx.emit("reshape", [x], shape=shape)
+
+
+@aten("permute.default")
+def _permute(cx: Translator, x: Node, dims: Sequence[int]) -> Node:
+    dims = tuple(norm_axis(d, x.rank) for d in dims)
+    return x if dims == tuple(range(x.rank)) else cx.emit("permute", [x], dims=dims)
+
+
+@aten("t.default", "transpose.int")
+def _transpose(cx: Translator, x: Node, d0: int = 0, d1: int = 1) -> Node:
+    if x.rank < 2:
+        return x
+    dims = list(range(x.rank))
+    a, b = norm_axis(d0, x.rank), norm_axis(d1, x.rank)
+    dims[a], dims[b] = dims[b], dims[a]
+    return _permute(cx, x, dims)
+
+
+@aten("expand.default")
+def _expand(cx: Translator, x: Node, sizes: Sequence[int], implicit: bool = False) -> Node:
+    shape = cx.out_shape()
+    return x if shape == x.shape else cx.emit("expand", [x], shape=shape)
+
+
+def _slice_node(cx: Translator, x: Node, dim: int, start: int | None, end: int | None,
+                step: int) -> Node:
+    axis = norm_axis(dim, x.rank)
+    size = x.shape[axis]
+    start, end, _ = slice(start, end, step).indices(size)
+    end = max(end, start)
+    if (start, end, step) == (0, size, 1):
+        return x
+    return cx.emit("slice", [x], axis=axis, start=start, end=end, step=int(step))
+
+
+@aten("slice.Tensor")
+def _slice(cx: Translator, x: Node, dim: int = 0, start: int | None = None,
+           end: int | None = None, step: int = 1) -> Node:
+    return _slice_node(cx, x, dim, start, end, step)
+
+
+@aten("select.int")
+def _select(cx: Translator, x: Node, dim: int, index: int) -> Node:
+    axis = norm_axis(dim, x.rank)
+    index = index % x.shape[axis]
+    one = _slice_node(cx, x, axis, index, index + 1, 1)
+    return cx.emit("reshape", [one], shape=cx.out_shape())
+
+
+@aten("cat.default")
+def _cat(cx: Translator, tensors: Sequence[Node], dim: int = 0) -> Node:
+    parts = [t for t in tensors if t.numel > 0]
+    if len(parts) == 1:
+        return parts[0]
+    return cx.emit("concat", parts, axis=norm_axis(dim, parts[0].rank))
+
+
+@aten("split_with_sizes.default", "split.Tensor")
+def _split(cx: Translator, x: Node, sizes: Any, dim: int = 0) -> list[Node]:
+    axis = norm_axis(dim, x.rank)
+    if isinstance(sizes, int):
+        sizes = [min(sizes, x.shape[axis] - s) for s in range(0, x.shape[axis], sizes)]
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice_node(cx, x, axis, start, start + s, 1))
+        start += s
+    return out
+
+
+@aten("constant_pad_nd.default")
+def _pad(cx: Translator, x: Node, pad: Sequence[int], value: float = 0.0) -> Node:
+    pairs = [(0, 0)] * x.rank
+    for i in range(len(pad) // 2):  # torch lists the last axis first
+        pairs[x.rank - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    if any(b < 0 or a < 0 for b, a in pairs):
+        raise UnsupportedError("negative padding (cropping) in constant_pad_nd")
+    return cx.emit("pad", [x], pads=tuple(pairs), value=value)
+
+
+# --- generators -----------------------------------------------------------------------------
+@aten("full.default", "zeros.default", "ones.default", "empty.memory_format",
+      "full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default",
+      "scalar_tensor.default", "new_ones.default", "new_zeros.default", "new_full.default")
+def _full(cx: Translator, *args: Any, **kwargs: Any) -> Node:
+    target = cx.current_target
+    if "ones" in target:
+        value: Any = 1
+    elif "zeros" in target or "empty" in target:
+        value = 0
+    elif target.startswith("aten.scalar_tensor"):
+        value = args[0]
+    else:
+        value = args[-1] if "new_full" not in target else args[2]
+    dt = cx.out_dtype()
+    value = bool(value) if dt.is_bool else (int(value) if dt.is_int else float(value))
+    return cx.emit("full", shape=cx.out_shape(), value=value, dtype=dt.name)
+
+
+@aten("arange.start_step", "arange.default", "arange.start")
+def _arange(cx: Translator, *args: Any, **kwargs: Any) -> Node:
+    nums = [a for a in args if isinstance(a, (int, float))]
+    start, end, step = (0, nums[0], 1) if len(nums) == 1 else (*nums[:2], nums[2] if len(nums) > 2 else 1)
+    out = cx.emit("arange", start=start, end=end, step=step, dtype=cx.out_dtype().name)
+    if out.shape != cx.out_shape():  # float steps: trust PyTorch's length
+        raise UnsupportedError(f"arange({start}, {end}, {step}) length differs from PyTorch's")
+    return out
+
+
+# --- attention ------------------------------------------------------------------------------
+@aten("scaled_dot_product_attention.default")
+def _sdpa(cx: Translator, q: Node, k: Node, v: Node, attn_mask: Node | None = None,
+          dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+          enable_gqa: bool = False) -> Node:
+    if dropout_p:
+        raise UnsupportedError("scaled_dot_product_attention with dropout (trace in eval mode)")
+    if enable_gqa and q.shape[-3] != k.shape[-3]:
+        reps = q.shape[-3] // k.shape[-3]
+        k, v = (_repeat_heads(cx, t, reps) for t in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    inputs = [q, k, v] + ([attn_mask] if attn_mask is not None else [])
+    return cx.emit("sdpa", inputs, scale=scale, causal=bool(is_causal))
+
+
+def _repeat_heads(cx: Translator, t: Node, reps: int) -> Node:
+    *b, h, s, d = t.shape
+    e = cx.emit("expand", [cx.emit("reshape", [t], shape=(*b, h, 1, s, d))],
+                shape=(*b, h, reps, s, d))
+    return cx.emit("reshape", [e], shape=(*b, h * reps, s, d))

@@ -1,0 +1,169 @@
+"""Compile options and the neuronx-cc flags trnsim honours (``NEURON_CC_FLAGS``).
+
+trnsim.trace's keyword arguments and the flags a torch-neuronx user already sets mean the same
+thing here. Precedence: explicit keyword arguments > NEURON_CC_FLAGS > neuronx-cc's defaults
+(``--auto-cast matmult --auto-cast-type bf16 -O2``). Flags trnsim does not model are listed in
+`CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
+of a flag trnsim does model is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from trnsim.errors import InvalidArgumentError
+
+AUTO_CAST_MODES = ("none", "matmult", "all")
+# neuronx-cc's --auto-cast-type names and the trnsim dtype each one means.
+AUTO_CAST_TYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "tfloat32",
+                   "fp8_e4m3": "float8_e4m3"}
+OPT_LEVELS = (1, 2, 3)
+FLAGS_ENV = "NEURON_CC_FLAGS"
+
+# Flags neuronx-cc accepts that change nothing trnsim simulates (yet); kept, reported, ignored.
+_KNOWN_IGNORED = ("--model-type", "--distribution-strategy", "--enable-mixed-precision-accumulation",
+                  "--disable-mixed-precision-accumulation", "--enable-fast-context-switch",
+                  "--enable-fast-loading-neuron-binaries", "--output", "--logfile", "--verbose",
+                  "--target", "--framework", "--enable-saturate-infinity", "--retry_failed_compilation")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that changes what the compiler produces (part of the compile-cache key)."""
+
+    instance: str = "inf2.xlarge"
+    cores: int = 1
+    auto_cast: str = "matmult"
+    auto_cast_type: str = "bf16"
+    optlevel: int = 2
+    lnc: int | None = None
+    dump_after: tuple[str, ...] = ()
+    ignored_flags: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.auto_cast not in AUTO_CAST_MODES:
+            raise InvalidArgumentError(f"auto_cast={self.auto_cast!r}: expected one of "
+                                       f"{', '.join(AUTO_CAST_MODES)}")
+        if self.auto_cast_type not in AUTO_CAST_TYPES:
+            raise InvalidArgumentError(f"auto_cast_type={self.auto_cast_type!r}: expected one of "
+                                       f"{', '.join(AUTO_CAST_TYPES)}")
+        if self.optlevel not in OPT_LEVELS:
+            raise InvalidArgumentError(f"optlevel={self.optlevel!r}: expected 1, 2 or 3")
+        if not isinstance(self.cores, int) or self.cores < 1:
+            raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
+        if self.lnc not in (None, 1, 2):
+            raise InvalidArgumentError(f"lnc={self.lnc!r}: expected 1 or 2")
+
+    @property
+    def cast_dtype(self) -> str | None:
+        """The trnsim dtype auto-cast converts fp32 to, or None when auto-cast is off."""
+        return None if self.auto_cast == "none" else AUTO_CAST_TYPES[self.auto_cast_type]
+
+    def key(self) -> dict[str, Any]:
+        """The fields that change the compiled result (for cache keys and reports)."""
+        return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
+                "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc}
+
+
+def parse_cc_flags(text: str) -> dict[str, Any]:
+    """Parse a NEURON_CC_FLAGS string into CompileOptions fields (only the flags trnsim models).
+
+    Accepts ``--auto-cast X`` and ``--auto-cast=X``, ``--auto-cast-type X``, ``-O1``/``-O 2``/
+    ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``. Returns
+    the recognised fields plus ``ignored_flags`` (a tuple of the flags that have no effect here).
+    """
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{FLAGS_ENV}={text!r}: {exc}") from None
+    fields: dict[str, Any] = {}
+    ignored: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        flag, eq, inline = token.partition("=")
+        if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3
+            fields["optlevel"] = _optlevel(flag[2:], token)
+            i += 1
+            continue
+        name = _CANONICAL.get(flag)
+        if name is None:
+            ignored.append(token)
+            if flag in _KNOWN_IGNORED and not eq and i + 1 < len(tokens) \
+                    and not tokens[i + 1].startswith("-"):
+                ignored.append(tokens[i + 1])
+                i += 1
+            i += 1
+            continue
+        if eq:
+            value = inline
+        elif i + 1 < len(tokens):
+            value = tokens[i + 1]
+            i += 1
+        else:
+            raise InvalidArgumentError(f"{FLAGS_ENV}: {flag} needs a value")
+        i += 1
+        if name == "auto_cast":
+            fields[name] = _choice(value, AUTO_CAST_MODES, flag)
+        elif name == "auto_cast_type":
+            fields[name] = _choice(value, tuple(AUTO_CAST_TYPES), flag)
+        elif name == "optlevel":
+            fields[name] = _optlevel(value, f"{flag} {value}")
+        elif name == "lnc":
+            fields[name] = _int_choice(value, (1, 2), flag)
+    fields["ignored_flags"] = tuple(ignored)
+    return fields
+
+
+_CANONICAL = {"--auto-cast": "auto_cast", "--auto-cast-type": "auto_cast_type",
+              "-O": "optlevel", "--optlevel": "optlevel", "-lnc": "lnc", "--lnc": "lnc",
+              "--logical-nc-config": "lnc"}
+
+
+def _choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
+    v = value.strip().lower()
+    if v not in allowed:
+        raise InvalidArgumentError(f"{FLAGS_ENV}: {flag} {value!r}: expected one of "
+                                   f"{', '.join(allowed)}")
+    return v
+
+
+def _int_choice(value: str, allowed: tuple[int, ...], flag: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        v = -1
+    if v not in allowed:
+        raise InvalidArgumentError(f"{FLAGS_ENV}: {flag} {value!r}: expected one of "
+                                   f"{', '.join(map(str, allowed))}")
+    return v
+
+
+def _optlevel(value: str, token: str) -> int:
+    try:
+        level = int(value)
+    except ValueError:
+        level = -1
+    if level not in OPT_LEVELS:
+        raise InvalidArgumentError(f"{FLAGS_ENV}: {token!r}: optimisation level must be 1, 2 or 3")
+    return level
+
+
+def options_from_env(env: dict[str, str] | None = None, **explicit: Any) -> CompileOptions:
+    """CompileOptions from NEURON_CC_FLAGS, overridden by explicit (non-None) keyword arguments."""
+    env = os.environ if env is None else env
+    fields = parse_cc_flags(env.get(FLAGS_ENV, ""))
+    unknown = set(explicit) - set(CompileOptions.__dataclass_fields__)
+    if unknown:
+        raise InvalidArgumentError(f"unknown compile option(s): {', '.join(sorted(unknown))}")
+    fields.update({k: v for k, v in explicit.items() if v is not None})
+    if "dump_after" in fields and isinstance(fields["dump_after"], str):
+        fields["dump_after"] = (fields["dump_after"],)
+    return CompileOptions(**fields)
+
+
+def with_overrides(options: CompileOptions, **changes: Any) -> CompileOptions:
+    return replace(options, **changes)

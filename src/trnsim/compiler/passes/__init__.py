@@ -1,0 +1,94 @@
+"""The compiler's passes, in order, each with the one-line reason it exists.
+
+Every pass is ``Graph -> Graph`` and never mutates its input. `run_pipeline` runs them in this
+order, verifies the graph after each (``verify=True``, the default), and prints the IR after the
+passes named in ``dump_after`` (``trnsim ... --dump-after fuse_attention``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from trnsim.compiler.fused import check_kernel_level
+from trnsim.compiler.ir import Graph
+from trnsim.compiler.options import CompileOptions
+from trnsim.compiler.passes.autocast import auto_cast
+from trnsim.compiler.passes.canonicalize import canonicalize
+from trnsim.compiler.passes.fold import fold
+from trnsim.compiler.passes.fuse_attention import fuse_attention
+from trnsim.compiler.passes.fuse_elementwise import fuse_elementwise
+from trnsim.compiler.passes.fuse_matmul import fuse_matmul
+from trnsim.compiler.passes.fuse_norms import fuse_norms
+from trnsim.compiler.passes.layout import choose_layout
+from trnsim.compiler.passes.memory import plan_memory
+from trnsim.compiler.passes.schedule import schedule
+from trnsim.errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph, CompileOptions], Graph]
+    reason: str
+
+
+PIPELINE: tuple[Pass, ...] = (
+    Pass("fold", lambda g, o: fold(g),
+         "masks, position ids and causal triangles are constants once shapes are fixed"),
+    Pass("canonicalize", lambda g, o: canonicalize(g),
+         "one view per tensor and one node per activation, so patterns match one spelling"),
+    Pass("auto_cast", lambda g, o: auto_cast(g, o.auto_cast, o.auto_cast_type),
+         "neuronx-cc's --auto-cast: bf16/fp16/tf32/fp8 TensorE operands, fp32 accumulation"),
+    Pass("fuse_attention", lambda g, o: fuse_attention(g),
+         "QK^T, scale, mask, softmax and PV in one kernel keep scores out of HBM"),
+    Pass("fuse_matmul", lambda g, o: fuse_matmul(g),
+         "bias, activation and residual run during PSUM eviction, not as separate kernels"),
+    Pass("fuse_norms", lambda g, o: fuse_norms(g),
+         "a LayerNorm/RMSNorm/softmax reads its rows once and computes statistics in fp32"),
+    Pass("fuse_elementwise", lambda g, o: fuse_elementwise(g),
+         "chains of elementwise ops read and write HBM once; every op is now a kernel"),
+    Pass("layout", lambda g, o: choose_layout(g),
+         "pick TensorE's stationary operand and read views through DMA access patterns"),
+    Pass("plan_memory", lambda g, o: plan_memory(g, o.instance, o.cores, o.lnc),
+         "weights resident, activations share HBM by lifetime; refuse models that cannot fit"),
+    Pass("schedule", lambda g, o: schedule(g),
+         "load the next kernel's weights while the current one computes"),
+)
+
+PASS_NAMES = tuple(p.name for p in PIPELINE)
+
+
+def run_pipeline(graph: Graph, options: CompileOptions | None = None, *,
+                 dump_after: Sequence[str] = (), dump: Callable[[str], None] = print,
+                 verify: bool = True, stop_after: str | None = None) -> Graph:
+    """Run `PIPELINE` on `graph`; returns the kernel-level graph (with its memory plan)."""
+    options = options or CompileOptions()
+    wanted = set(dump_after) | set(options.dump_after)
+    for name in [*wanted, *([stop_after] if stop_after else [])]:
+        if name not in PASS_NAMES:
+            raise UnknownNameError("compiler pass", name, PASS_NAMES)
+    if verify:
+        graph.verify()
+    times: dict[str, float] = {}
+    for p in PIPELINE:
+        start = time.perf_counter()
+        graph = p.run(graph, options)
+        times[p.name] = time.perf_counter() - start
+        if verify:
+            graph.verify()
+        if p.name == "fuse_elementwise":
+            check_kernel_level(graph)
+        if p.name in wanted:
+            dump(f"# after {p.name}: {p.reason}\n{graph.pretty()}")
+        if p.name == stop_after:
+            break
+    graph.meta["pass_times"] = times
+    return graph
+
+
+def describe() -> str:
+    """The pipeline as text: one line per pass with its reason."""
+    width = max(len(n) for n in PASS_NAMES)
+    return "\n".join(f"{p.name:<{width}}  {p.reason}" for p in PIPELINE)

@@ -1,0 +1,148 @@
+"""Shape and view canonicalisation, and recognition of composite activations.
+
+View chains (``view -> view``, ``permute -> permute``, ``expand -> expand``, ``slice -> slice``)
+collapse into one view, so the layout pass sees each tensor's final access pattern and the
+fusion patterns see through at most one view. Activations that models spell out in elementwise
+arithmetic (GPT-2's tanh GELU, SiLU as ``x * sigmoid(x)``) become one ``gelu``/``silu`` node:
+the Scalar engine evaluates each in one activation instruction. A global average pool becomes
+the mean it is, so both capture paths (direct and decomposed) reach the same kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trnsim.compiler.ir import Graph, Node, Rewriter
+from trnsim.compiler.passes.match import is_number, operand_pairs
+
+
+def fold_views(graph: Graph) -> Graph:
+    """Collapse chains of the same view op and drop views that change nothing."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        ins = rw.operands(node)
+        x = ins[0] if ins else None
+        if x is None or node.op not in ("reshape", "permute", "expand", "slice"):
+            rw.keep(node)
+            continue
+        if node.op == "reshape":
+            src = x.inputs[0] if x.op == "reshape" else x
+            new = src if src.shape == node.shape else rw.emit(
+                "reshape", [src], {"shape": node.shape}, source=node.source)
+        elif node.op == "permute":
+            dims = tuple(node.attrs["dims"])
+            src = x
+            if x.op == "permute":
+                inner = tuple(x.attrs["dims"])
+                dims, src = tuple(inner[d] for d in dims), x.inputs[0]
+            new = src if dims == tuple(range(len(dims))) else rw.emit(
+                "permute", [src], {"dims": dims}, source=node.source)
+        elif node.op == "expand":
+            src = x.inputs[0] if x.op == "expand" else x
+            new = src if src.shape == node.shape else rw.emit(
+                "expand", [src], {"shape": node.shape}, source=node.source)
+        else:
+            new = _fold_slice(rw, node, x)
+        rw.replace(node, new)
+    return rw.finish()
+
+
+def _fold_slice(rw: Rewriter, node: Node, x: Node) -> Node:
+    a = node.attrs
+    if a["start"] == 0 and a["end"] == x.shape[a["axis"]] and a["step"] == 1:
+        return x
+    if x.op == "slice" and x.attrs["axis"] == a["axis"]:
+        b = x.attrs
+        start = b["start"] + a["start"] * b["step"]
+        step = b["step"] * a["step"]
+        length = node.shape[a["axis"]]
+        end = start + (length - 1) * step + 1 if length else start
+        return rw.emit("slice", [x.inputs[0]], {"axis": a["axis"], "start": start, "end": end,
+                                                "step": step}, source=node.source)
+    return rw.emit("slice", [x], dict(a), source=node.source)
+
+
+def global_pools_to_means(graph: Graph) -> Graph:
+    """adaptive_avg_pool2d to 1x1 is a mean over H and W (what core ATen decomposes it to)."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.op == "adaptive_avg_pool2d" and tuple(node.attrs["output_size"]) == (1, 1):
+            x = rw.get(node.inputs[0])
+            axes = (x.rank - 2, x.rank - 1)
+            rw.replace(node, rw.emit("mean", [x], {"axes": axes, "keepdim": True},
+                                     source=node.source))
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
+def recognize_activations(graph: Graph) -> Graph:
+    """tanh-approximated GELU and SiLU written as arithmetic -> one activation node."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        x = _match_gelu_tanh(node, graph)
+        op, attrs = ("gelu", {"approximate": "tanh"}) if x is not None else (None, None)
+        if x is None:
+            x = _match_silu(node)
+            op, attrs = ("silu", {}) if x is not None else (None, None)
+        if x is not None and x.shape == node.shape and op is not None:
+            rw.replace(node, rw.emit(op, [rw.get(x)], attrs, source=node.source))
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
+def _match_gelu_tanh(node: Node, graph: Graph) -> Node | None:
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), in any operand order."""
+    if node.op != "mul":
+        return None
+    for half_x, one_plus in operand_pairs(node):
+        x = _mul_by(half_x, 0.5, graph)
+        if x is None or one_plus.op != "add":
+            continue
+        for t, one in operand_pairs(one_plus):
+            if t.op != "tanh" or not is_number(one, graph, 1.0):
+                continue
+            inner = _mul_by(t.inputs[0], math.sqrt(2.0 / math.pi), graph, tol=1e-4)
+            if inner is not None and inner.op == "add" and _is_cubic_term(inner, x, graph):
+                return x
+    return None
+
+
+def _mul_by(node: Node, value: float, graph: Graph, tol: float = 1e-6) -> Node | None:
+    """x if node is x * value (either order), else None."""
+    if node.op != "mul":
+        return None
+    for x, c in operand_pairs(node):
+        if is_number(c, graph, value, tol):
+            return x
+    return None
+
+
+def _is_cubic_term(add: Node, x: Node, graph: Graph) -> bool:
+    for a, term in operand_pairs(add):
+        if a is not x:
+            continue
+        cube = _mul_by(term, 0.044715, graph, tol=1e-4)
+        if cube is None:
+            continue
+        if cube.op == "pow" and cube.inputs[0] is x and is_number(cube.inputs[1], graph, 3.0):
+            return True
+        if cube.op == "mul" and x in cube.inputs:  # x * x * x
+            other = cube.inputs[1] if cube.inputs[0] is x else cube.inputs[0]
+            if other.op == "mul" and other.inputs == (x, x):
+                return True
+    return False
+
+
+def _match_silu(node: Node) -> Node | None:
+    if node.op != "mul":
+        return None
+    for x, s in operand_pairs(node):
+        if s.op == "sigmoid" and s.inputs[0] is x:
+            return x
+    return None
+
+
+def canonicalize(graph: Graph) -> Graph:
+    return fold_views(recognize_activations(global_pools_to_means(fold_views(graph))))

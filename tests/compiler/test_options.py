@@ -1,0 +1,63 @@
+"""NEURON_CC_FLAGS and trace keyword options: parsing, precedence, and errors."""
+
+import pytest
+
+from trnsim.compiler.options import CompileOptions, options_from_env, parse_cc_flags
+from trnsim.errors import InvalidArgumentError
+
+
+def test_defaults_are_neuronx_cc_defaults():
+    o = options_from_env({})
+    assert (o.auto_cast, o.auto_cast_type, o.optlevel, o.instance) == ("matmult", "bf16", 2,
+                                                                       "inf2.xlarge")
+    assert o.cast_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("--auto-cast none", {"auto_cast": "none"}),
+    ("--auto-cast=all --auto-cast-type=fp16", {"auto_cast": "all", "auto_cast_type": "fp16"}),
+    ("--auto-cast-type tf32 -O1", {"auto_cast_type": "tf32", "optlevel": 1}),
+    ("-O3", {"optlevel": 3}),
+    ("--optlevel 1", {"optlevel": 1}),
+    ("--optlevel=2 -lnc 1", {"optlevel": 2, "lnc": 1}),
+    ("--auto-cast-type fp8_e4m3", {"auto_cast_type": "fp8_e4m3"}),
+])
+def test_flags_trnsim_models(text, expected):
+    fields = parse_cc_flags(text)
+    assert {k: v for k, v in fields.items() if k != "ignored_flags"} == expected
+
+
+def test_flags_trnsim_does_not_model_are_kept_as_ignored():
+    fields = parse_cc_flags("--model-type=transformer --auto-cast none --enable-fast-loading-neuron-binaries "
+                            "--target trn1")
+    assert fields["auto_cast"] == "none"
+    assert fields["ignored_flags"] == ("--model-type=transformer",
+                                       "--enable-fast-loading-neuron-binaries", "--target", "trn1")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("--auto-cast sometimes", "expected one of none, matmult, all"),
+    ("--auto-cast-type bf8", "expected one of bf16, fp16, tf32, fp8_e4m3"),
+    ("-O4", "optimisation level must be 1, 2 or 3"),
+    ("--optlevel fast", "optimisation level"),
+    ("--auto-cast", "needs a value"),
+    ("--auto-cast 'unbalanced", "NEURON_CC_FLAGS"),
+])
+def test_bad_values_are_errors_that_name_the_flag(text, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        parse_cc_flags(text)
+
+
+def test_explicit_arguments_override_the_environment():
+    env = {"NEURON_CC_FLAGS": "--auto-cast=all -O1"}
+    o = options_from_env(env, auto_cast="none", optlevel=None)
+    assert (o.auto_cast, o.optlevel) == ("none", 1)
+
+
+def test_invalid_keyword_values_and_unknown_options_are_errors():
+    with pytest.raises(InvalidArgumentError, match="auto_cast_type='int4'"):
+        CompileOptions(auto_cast_type="int4")
+    with pytest.raises(InvalidArgumentError, match="cores=0"):
+        CompileOptions(cores=0)
+    with pytest.raises(InvalidArgumentError, match="unknown compile option"):
+        options_from_env({}, autocast="none")
