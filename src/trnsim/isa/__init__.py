@@ -6,9 +6,23 @@ the executable definition of this ISA; timing is a separate consumer of the same
 """
 
 from trnsim.isa.access import AccessPattern, Memory, hbm, psum, row_major_dims, sbuf
+from trnsim.isa.control import (
+    Branch,
+    Jump,
+    RegisterAddressed,
+    RegisterAlu,
+    RegisterFile,
+    RegisterLoad,
+    RegisterMove,
+    RegisterOffset,
+    RegisterStore,
+    UnknownRegisterValue,
+    register_ref,
+)
 from trnsim.isa.debug import DevicePrint
-from trnsim.isa.dma import DmaCopy, DmaTransfer, DmaTranspose
+from trnsim.isa.dma import DmaCompute, DmaCopy, DmaIndirect, DmaTransfer, DmaTranspose
 from trnsim.isa.gpsimd_engine import AffineSelect, Iota, LocalGather, Random, TensorPartitionReduce
+from trnsim.isa.gpsimd_more import NGather, NonzeroWithCount, SequenceBounds, TopK
 from trnsim.isa.instruction import (
     ENGINE_MEMORIES,
     Cost,
@@ -18,9 +32,11 @@ from trnsim.isa.instruction import (
     cycles_to_ns,
     streaming_cost,
 )
+from trnsim.isa.mx import LoadStationaryMx, MultiplyMovingMx, QuantizeMx
 from trnsim.isa.ops import ACTIVATIONS, ALU_OPS, AluOp, activation_function, alu_op
 from trnsim.isa.program import OnChipAllocator, Program, ProgramBuilder, TensorDecl
-from trnsim.isa.scalar_engine import Activation
+from trnsim.isa.scalar_engine import Activate2, Activation
+from trnsim.isa.sync import CollectiveOp, CoreBarrier, SendRecv
 from trnsim.isa.tensor_engine import LoadStationary, MultiplyMoving, TensorTranspose
 from trnsim.isa.vector_elementwise import (
     Dropout,
@@ -32,6 +48,14 @@ from trnsim.isa.vector_elementwise import (
     TensorScalar,
     TensorTensor,
     TensorTensorScan,
+)
+from trnsim.isa.vector_more import (
+    Exponential,
+    RandomBits,
+    RandomRange,
+    RngSeed,
+    RngState,
+    TensorScalarCumulative,
 )
 from trnsim.isa.vector_reduce import (
     BnAggr,
@@ -52,6 +76,11 @@ OPCODES: dict[str, type[Instruction]] = {cls.OPCODE: cls for cls in (
     TensorTensorScan, TensorReduce, BnStats, BnAggr, Max8, FindIndex8, MatchReplace8, SelectReduce,
     RangeSelect, VectorTranspose, StreamShuffle, TensorPartitionReduce, Iota, AffineSelect,
     LocalGather, Random, DmaCopy, DmaTranspose, DevicePrint,
+    # current NKI (0.3+): more vector/scalar/gpsimd/DMA work, MX, sequencer and cross-core sync
+    TensorScalarCumulative, Exponential, RandomBits, RandomRange, RngSeed, RngState, Activate2,
+    NGather, SequenceBounds, NonzeroWithCount, TopK, DmaCompute, DmaIndirect, LoadStationaryMx,
+    MultiplyMovingMx, QuantizeMx, RegisterMove, RegisterAlu, RegisterLoad, RegisterStore, Branch,
+    Jump, RegisterAddressed, CoreBarrier, SendRecv, CollectiveOp,
 )}
 
 __all__ = [
@@ -60,37 +89,63 @@ __all__ = [
     "ENGINE_MEMORIES",
     "OPCODES",
     "AccessPattern",
+    "Activate2",
     "Activation",
     "AffineSelect",
     "AluOp",
     "BnAggr",
     "BnStats",
+    "Branch",
+    "CollectiveOp",
+    "CoreBarrier",
     "Cost",
     "DevicePrint",
+    "DmaCompute",
     "DmaCopy",
+    "DmaIndirect",
     "DmaTransfer",
     "DmaTranspose",
     "Dropout",
     "Engine",
     "ExecutionState",
+    "Exponential",
     "FindIndex8",
     "Instruction",
     "Iota",
+    "Jump",
     "LoadStationary",
+    "LoadStationaryMx",
     "LocalGather",
     "MatchReplace8",
     "Max8",
     "Memory",
     "Memset",
     "MultiplyMoving",
+    "MultiplyMovingMx",
+    "NGather",
+    "NonzeroWithCount",
     "OnChipAllocator",
     "Program",
     "ProgramBuilder",
+    "QuantizeMx",
     "Random",
+    "RandomBits",
+    "RandomRange",
     "RangeSelect",
     "Reciprocal",
+    "RegisterAddressed",
+    "RegisterAlu",
+    "RegisterFile",
+    "RegisterLoad",
+    "RegisterMove",
+    "RegisterOffset",
+    "RegisterStore",
+    "RngSeed",
+    "RngState",
     "ScalarTensorTensor",
     "SelectReduce",
+    "SendRecv",
+    "SequenceBounds",
     "StreamShuffle",
     "TensorCopy",
     "TensorCopyPredicated",
@@ -98,15 +153,19 @@ __all__ = [
     "TensorPartitionReduce",
     "TensorReduce",
     "TensorScalar",
+    "TensorScalarCumulative",
     "TensorTensor",
     "TensorTensorScan",
     "TensorTranspose",
+    "TopK",
+    "UnknownRegisterValue",
     "VectorTranspose",
     "activation_function",
     "alu_op",
     "cycles_to_ns",
     "hbm",
     "psum",
+    "register_ref",
     "row_major_dims",
     "sbuf",
     "streaming_cost",

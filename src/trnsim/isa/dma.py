@@ -7,6 +7,7 @@ model (bytes and descriptor size), which shares engine and HBM bandwidth among t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -142,3 +143,126 @@ class DmaTranspose(_Dma):
             return DmaTransfer(nbytes, item, nbytes // item)
         return DmaTransfer(nbytes, min(contiguous_run_bytes(self.src), nbytes),
                            max(1, nbytes // max(contiguous_run_bytes(self.src), 1)), efficiency)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DmaCompute(_Dma):
+    """dst = sum(srcs) computed in fp32 by the DMA engines (nisa.dma_compute; scales all 1.0).
+
+    Timing: every source is read and the destination written, so the engines move
+    (len(srcs) + 1) x the destination's bytes (ASSUMPTION: reads and the write share the engines).
+    """
+
+    OPCODE: ClassVar[str] = "DmaCompute"
+
+    dst: AccessPattern
+    srcs: tuple[AccessPattern, ...]
+    queue: int | None = None
+
+    def reads(self):
+        return self.srcs
+
+    def writes(self):
+        return (self.dst,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        if not 1 <= len(self.srcs) <= 16:
+            self.fail(InvalidArgumentError(f"{self.name}: 1 to 16 sources; got {len(self.srcs)}"))
+        for src in self.srcs:
+            if src.num_elements != self.dst.num_elements:
+                self.fail(InvalidArgumentError(
+                    f"{self.name}: source {list(src.shape)} and destination {list(self.dst.shape)} "
+                    f"hold different numbers of elements"))
+
+    def execute(self, state: ExecutionState) -> None:
+        total = np.zeros(self.dst.num_elements, dtype=np.float32)
+        for src in self.srcs:
+            total = total + state.read_compute(src).reshape(-1)
+        state.write(self.dst, total.reshape(self.dst.shape))
+
+    def transfer(self, core) -> DmaTransfer:
+        nbytes = self.dst.nbytes + sum(src.nbytes for src in self.srcs)
+        chunk = min([contiguous_run_bytes(self.dst), *map(contiguous_run_bytes, self.srcs), nbytes])
+        return DmaTransfer(nbytes, chunk, -(-nbytes // max(chunk, 1)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DmaIndirect(_Dma):
+    """A DMA whose HBM side picks its rows per partition from an index tile (gather / scatter).
+
+    `indexed` is "src" (gather into `dst`) or "dst" (scatter from `src`). The indexed access
+    pattern describes every partition's row at index 0: partition p moves to
+    ``offset + index[p] * row_step`` elements. `extent` is the whole HBM tensor (what any index may
+    reach): the dependencies and bounds use it. An index outside the tensor raises, or with
+    `skip_out_of_bounds` (oob_mode.skip) that partition is skipped. Timing: one descriptor per
+    partition's row.
+    """
+
+    OPCODE: ClassVar[str] = "DmaIndirect"
+
+    dst: AccessPattern
+    src: AccessPattern
+    index: AccessPattern
+    indexed: str
+    row_step: int
+    extent: AccessPattern
+    skip_out_of_bounds: bool = False
+    queue: int | None = None
+
+    def reads(self):
+        return (self.extent, self.index) if self.indexed == "src" else (self.src, self.index)
+
+    def writes(self):
+        return (self.extent,) if self.indexed == "dst" else (self.dst,)
+
+    def check(self, core) -> None:
+        super().check(core)
+        side = self.src if self.indexed == "src" else self.dst
+        other = self.dst if self.indexed == "src" else self.src
+        if self.indexed not in ("src", "dst") or side.memory is not Memory.HBM:
+            self.fail(InvalidArgumentError(f"{self.name}: the indexed side must be an HBM tensor"))
+        if self.index.memory is not Memory.SBUF or not self.index.dtype.is_int or \
+                self.index.free_size != 1 or self.index.partitions != other.partitions:
+            self.fail(InvalidArgumentError(
+                f"{self.name}: the index must be an integer SBUF tile [{other.partitions}, 1]; got "
+                f"{self.index.dtype.name}{list(self.index.shape)}"))
+        if self.src.num_elements != self.dst.num_elements:
+            self.fail(InvalidArgumentError(f"{self.name}: source and destination sizes differ"))
+
+    def execute(self, state: ExecutionState) -> None:
+        side = self.src if self.indexed == "src" else self.dst
+        rows = np.asarray(state.read(self.index)).reshape(-1).astype(np.int64)
+        limit = self.extent.byte_span()[1]
+        item = side.dtype.itemsize
+        other = self.dst if self.indexed == "src" else self.src
+        values = state.read(other).reshape(other.partitions, -1) if self.indexed == "dst" else None
+        for p, row in enumerate(rows):
+            ap = dataclasses.replace(side, partitions=1, offset=side.offset + int(row) * self.row_step * item)
+            low, high = ap.byte_span()
+            if low < 0 or high > limit:
+                if self.skip_out_of_bounds:
+                    continue
+                self.fail(InvalidArgumentError(
+                    f"{self.name}: partition {p}'s index {row} reaches bytes [{low}, {high}) outside "
+                    f"HBM tensor {side.tensor!r} ({limit} bytes); use oob_mode=skip to skip it"))
+            if self.indexed == "src":
+                target = _partition(self.dst, p)
+                state.write(target, state.read(ap).reshape(target.shape))
+            else:
+                state.write(ap, values[p].reshape(ap.shape))
+
+    def transfer(self, core) -> DmaTransfer:
+        side = self.src if self.indexed == "src" else self.dst
+        nbytes = side.nbytes
+        row = max(1, nbytes // max(side.partitions, 1))
+        return DmaTransfer(nbytes, min(row, contiguous_run_bytes(dataclasses.replace(side, partitions=1))),
+                           max(1, side.partitions))
+
+
+def _partition(ap: AccessPattern, p: int) -> AccessPattern:
+    """Partition `p` of an access pattern, as a one-partition pattern."""
+    if ap.memory is Memory.HBM:
+        return dataclasses.replace(ap, partitions=1,
+                                   offset=ap.offset + p * ap.partition_step * ap.dtype.itemsize)
+    return dataclasses.replace(ap, partitions=1, partition_start=ap.partition_start + p)

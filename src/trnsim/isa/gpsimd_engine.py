@@ -241,7 +241,11 @@ class Random(Instruction):
         return (self.dst,)
 
     def execute(self, state: ExecutionState) -> None:
-        state.write(self.dst, state.random_uniform(self.dst.shape))
+        seeded = state.engine_state(self.engine).get("rng")  # set by nl.random_seed / RngSeed
+        if seeded is not None:
+            state.write(self.dst, seeded.uniform(self.dst.num_elements).reshape(self.dst.shape))
+        else:
+            state.write(self.dst, state.random_uniform(self.dst.shape))
 
     def cost(self, core) -> Cost:
         return streaming_cost(core, self.engine, self.dst.free_size, accesses=1)

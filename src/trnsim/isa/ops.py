@@ -209,6 +209,28 @@ def _safe(fn):
     return run
 
 
+def _gelu_dx(x):
+    """d/dx of x * Phi(x): Phi(x) + x * phi(x)."""
+    x64 = _f32(x).astype(np.float64)
+    cdf = 0.5 * _erfc64(-x64 / np.sqrt(2.0))
+    pdf = np.exp(-0.5 * x64 * x64) / np.sqrt(2.0 * np.pi)
+    return _f32(cdf + x64 * pdf)
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return _f32(s * (1.0 + _f32(x) * (1.0 - s)))
+
+
+def _gelu_sigmoid(x):
+    return _f32(_f32(x) * _sigmoid(np.float32(1.702) * _f32(x)))
+
+
+def _gelu_sigmoid_dx(x):
+    s = _sigmoid(np.float32(1.702) * _f32(x))
+    return _f32(s + np.float32(1.702) * _f32(x) * s * (1.0 - s))
+
+
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "identity": _f32,
     "exp": _safe(np.exp),
@@ -218,6 +240,10 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": lambda x: _f32(np.maximum(_f32(x), np.float32(0))),
     "gelu": _gelu,
     "gelu_apprx_tanh": _gelu_tanh,
+    "gelu_dx": _gelu_dx,  # nki 0.3+ derivative activations
+    "gelu_apprx_sigmoid": _gelu_sigmoid,
+    "gelu_apprx_sigmoid_dx": _gelu_sigmoid_dx,
+    "silu_dx": _silu_dx,
     "silu": lambda x: _f32(_f32(x) * _sigmoid(x)),
     "softplus": _softplus,
     "mish": lambda x: _f32(_f32(x) * np.tanh(_softplus(x))),

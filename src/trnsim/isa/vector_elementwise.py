@@ -121,9 +121,12 @@ class TensorScalar(_Elementwise):
     reverse1: bool = False
     reduce_op: str | None = None
     reduce_dst: AccessPattern | None = None
+    reduce_cmd: str = "reset_reduce"  # the registers: reset_reduce, reduce or load_reduce
+    reduce_init: Operand | None = None  # load_reduce's initial register values
+    reduce_negate: bool = False  # negate what is written to reduce_dst (not the registers)
 
     def reads(self):
-        return (self.src, *operand_aps(self.operand0, self.operand1))
+        return (self.src, *operand_aps(self.operand0, self.operand1, self.reduce_init))
 
     def writes(self):
         return (self.dst,) + ((self.reduce_dst,) if self.reduce_dst is not None else ())
@@ -156,10 +159,13 @@ class TensorScalar(_Elementwise):
         if self.reduce_op is not None:
             op = alu_op(self.reduce_op)
             per_partition = op.reduce(np.asarray(y, dtype=np.float32).reshape(y.shape[0], -1), axis=1)
-            values = apply_reduce_cmd(state, self.engine, "reset_reduce", op.name,
-                                      self.src.partition_start, per_partition)
+            initial = (operand_value(state, self.reduce_init, 1)
+                       if self.reduce_init is not None else None)
+            values = apply_reduce_cmd(state, self.engine, self.reduce_cmd, op.name,
+                                      self.src.partition_start, per_partition, initial)
             if self.reduce_dst is not None:
-                state.write(self.reduce_dst, values.reshape(self.reduce_dst.shape))
+                out = -values if self.reduce_negate else values
+                state.write(self.reduce_dst, out.reshape(self.reduce_dst.shape))
 
     def cost(self, core) -> Cost:
         extra = core.costs.min_ii_cycles if self.reduce_op is not None else 0

@@ -176,7 +176,7 @@ class Kernel:
             trace = traces[core_index]
             with tracing(trace):
                 if core_index not in args_of:
-                    args_of[core_index] = self._tile_args(trace, bound)
+                    args_of[core_index] = tile_arguments(trace, bound.arguments)
                 trace.program_ids, trace.grid = tuple(int(i) for i in index), tuple(sizes)
                 trace.output_cursor = 0
                 trace.enter(-1, len(trace.builder.program.instructions), "SPMD instance", None)
@@ -198,16 +198,19 @@ class Kernel:
         shared = sorted({*outputs, *input_names}) if n_cores > 1 else []
         return Traced(programs, outputs, input_names, shared, structure)
 
-    def _tile_args(self, trace: Trace, bound: inspect.BoundArguments) -> dict:
-        args = {}
-        for name, value in bound.arguments.items():
-            if _is_array(value) or isinstance(value, TensorSpec):
-                shape, dt = _shape_dtype(value)
-                tile = trace.hbm_tensor(name, shape, dt, kind="input", buffer="shared_hbm")
-                args[name] = tile
-            else:
-                args[name] = value
-        return args
+
+
+def tile_arguments(trace: Trace, arguments: dict) -> dict:
+    """Kernel arguments as the kernel sees them: arrays and placeholders become HBM input tiles
+    of the trace, anything else is a compile-time constant."""
+    args = {}
+    for name, value in arguments.items():
+        if _is_array(value) or isinstance(value, TensorSpec):
+            shape, dt = _shape_dtype(value)
+            args[name] = trace.hbm_tensor(name, shape, dt, kind="input", buffer="shared_hbm")
+        else:
+            args[name] = value
+    return args
 
 
 def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
@@ -238,17 +241,23 @@ def _core_of(index, sizes, cores) -> int:
     return core
 
 
-def _output_names(result) -> tuple[list[str], Any]:
-    """HBM tensor names returned by the kernel and the structure to rebuild (tuple/list/single)."""
+def _legacy_output(tile: Tile) -> bool:
+    return tile.buffer in ("shared_hbm", "private_hbm", "hbm")
+
+
+def _output_names(result, returnable: Callable[[Tile], bool] = _legacy_output,
+                  rule: str = "a kernel returns HBM tensors allocated with buffer=nl.shared_hbm "
+                              "(or None)") -> tuple[list[str], Any]:
+    """HBM tensor names returned by the kernel and the structure to rebuild (tuple/list/single).
+    `returnable` says which tensors the API lets a kernel return; `rule` is the error."""
     if result is None:
         return [], None
     items = list(result) if isinstance(result, (tuple, list)) else [result]
     names = []
     for item in items:
-        if not isinstance(item, Tile) or item._storage is None or item.buffer not in (
-                "shared_hbm", "private_hbm", "hbm"):
-            raise InvalidArgumentError("a kernel returns HBM tensors allocated with "
-                                       "buffer=nl.shared_hbm (or None)")
+        if not isinstance(item, Tile) or item._storage is None or not returnable(item):
+            where = getattr(item, "buffer", type(item).__name__)
+            raise InvalidArgumentError(f"{rule}; this one is in {where}")
         names.append(item._storage.name)
     structure = type(result) if isinstance(result, (tuple, list)) else "single"
     return names, structure

@@ -319,7 +319,7 @@ def index_view(tile: Tile, key) -> Tile:
             poffset += index * axis.pstep
             foffset += index * axis.fstep
     axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
-    return Tile(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
+    return type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
                 name=tile.name, checks=tuple(checks))
 
 
@@ -354,7 +354,7 @@ def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] |
         poffset += low * axis.pstep
         foffset += low * axis.fstep
         axes[i] = replace(axis, size=max(high - low, 0))
-    return Tile(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset, name=tile.name,
+    return type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset, name=tile.name,
                 checks=tile._checks)
 
 
@@ -431,14 +431,14 @@ def reshape_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
     for size in reversed(shape):
         new.append(Axis(size, 0, step))
         step *= size
-    return Tile(tile._trace, storage, tuple(lead + new[::-1]), tile._dtype, tile._poffset,
+    return type(tile)(tile._trace, storage, tuple(lead + new[::-1]), tile._dtype, tile._poffset,
                 tile._foffset, name=tile.name)
 
 
 def dtype_view(tile: Tile, dtype: DType) -> Tile:
     old = tile._dtype
     if dtype.itemsize == old.itemsize:
-        return Tile(tile._trace, tile._storage, tile._axes, dtype, tile._poffset, tile._foffset,
+        return type(tile)(tile._trace, tile._storage, tile._axes, dtype, tile._poffset, tile._foffset,
                     name=tile.name)
     last = tile._axes[-1]
     if last.fstep != 1 or (last.size * old.itemsize) % dtype.itemsize:
@@ -447,7 +447,7 @@ def dtype_view(tile: Tile, dtype: DType) -> Tile:
     axes = [replace(a, fstep=a.fstep * ratio_num // ratio_den) for a in tile._axes[:-1]]
     axes.append(Axis(last.size * ratio_num // ratio_den, 0, 1, None))
     foffset = tile._foffset * ratio_num // ratio_den
-    return Tile(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset, foffset, name=tile.name)
+    return type(tile)(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset, foffset, name=tile.name)
 
 
 def explicit_view(tile: Tile, pattern, offset: int, dtype: DType | None) -> Tile:
@@ -458,5 +458,5 @@ def explicit_view(tile: Tile, pattern, offset: int, dtype: DType | None) -> Tile
         on_chip_partition = i == 0 and tile._storage.memory is not Memory.HBM
         axes.append(Axis(int(size), 1 if on_chip_partition else 0,
                          0 if on_chip_partition else int(stride)))
-    return Tile(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset,
+    return type(tile)(tile._trace, tile._storage, tuple(axes), dtype, tile._poffset,
                 tile._foffset + int(offset), name=tile.name)

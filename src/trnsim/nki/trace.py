@@ -139,8 +139,10 @@ class Scope:
 
 
 class Trace:
-    def __init__(self, name: str, core, *, dtype_style: str = "legacy") -> None:
+    def __init__(self, name: str, core, *, dtype_style: str = "legacy",
+                 tile_class: type[Tile] = Tile) -> None:
         self.builder = ProgramBuilder(name, core)
+        self.tile_class = tile_class  # the API's tensor type (legacy Tile or current NkiTensor)
         self.core = self.builder.core
         self.dtype_style = dtype_style
         usable = self.core.sbuf_usable_bytes_per_partition
@@ -187,7 +189,7 @@ class Trace:
         """Return a pending tile whose instruction is emitted once its destination is known."""
         self.flush()
         axes = tuple(Axis(s) for s in shape)
-        tile = Tile(self, None, axes, as_dtype(dtype),
+        tile = self.tile_class(self, None, axes, as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, tags=tuple(tags), matmul=matmul),
                     name=f"{(self.label or 'tile').split('.')[-1]}_{next(_tile_ids)}")
         tile._pending_source, tile._pending_label = self.source, self.label
@@ -339,7 +341,7 @@ class Trace:
             self.scopes[-1].tiles.append(storage)
         self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
         self.builder.program.psum_peak_bytes_per_partition = self.psum.peak
-        return Tile(self, storage, _onchip_axes(shape, par_axis), dt, name=name)
+        return self.tile_class(self, storage, _onchip_axes(shape, par_axis), dt, name=name)
 
     def release(self, tile: Tile) -> None:
         """Free a compiler temporary now (it never outlives the instruction sequence using it)."""
@@ -353,8 +355,8 @@ class Trace:
 
     def full_view(self, storage: Storage) -> Tile:
         free = storage.bytes_per_partition // storage.dtype.itemsize
-        return Tile(self, storage, (Axis(storage.partitions, 1, 0), Axis(free, 0, 1)), storage.dtype,
-                    name=storage.name)
+        return self.tile_class(self, storage, (Axis(storage.partitions, 1, 0), Axis(free, 0, 1)),
+                               storage.dtype, name=storage.name)
 
     def hbm_tensor(self, name: str, shape: tuple[int, ...], dtype, *, kind: str,
                    buffer: str = "shared_hbm", data=None) -> Tile:
@@ -387,7 +389,7 @@ class Trace:
         self.builder.tensor(name, tuple(shape), dt, kind, data=data)
         storage = Storage(memory=Memory.HBM, dtype=dt, name=name, buffer=buffer,
                           is_input=kind == "input", source=self.source)
-        tile = Tile(self, storage, _hbm_axes(tuple(shape)), dt, name=name)
+        tile = self.tile_class(self, storage, _hbm_axes(tuple(shape)), dt, name=name)
         self.hbm_tiles[name] = tile
         return tile
 

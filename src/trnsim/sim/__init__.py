@@ -2,7 +2,9 @@
 
 `simulate(program, inputs)` runs a `trnsim.isa.Program` on a core and returns the output arrays
 (functional mode) and a `Profile` (always): one record per instruction and a summary.
-`simulate_cores(programs, inputs, chip=...)` runs one program per core of a chip, sharing HBM.
+`simulate_cores(programs, inputs, chip=...)` runs one program per core of a chip, sharing HBM;
+`simulate_system(programs, slots=..., world=...)` runs cores of several chips that synchronise
+(barriers, send/receive, collectives on a fabric).
 ``mode="timing"`` skips the numerics and gives the same timeline, faster.
 
 Modules: `memory` (byte-addressed SBUF/PSUM/HBM), `state` (the ExecutionState instructions
@@ -15,14 +17,16 @@ from trnsim.sim.chip import DEFAULT_CHIP, default_chip
 from trnsim.sim.memory import UNINITIALISED_BYTE, HbmSpace, OnChipMemory
 from trnsim.sim.perfetto import write_trace
 from trnsim.sim.profile import InstructionRecord, Profile, ProfileSummary, StreamSummary
-from trnsim.sim.run import RunResult, simulate, simulate_cores
+from trnsim.sim.run import RunResult, simulate, simulate_cores, simulate_system
 from trnsim.sim.scheduler import CoreScheduler
 from trnsim.sim.state import CoreState
+from trnsim.sim.sync import CoreSlot, World
 
 __all__ = [
     "DEFAULT_CHIP",
     "UNINITIALISED_BYTE",
     "CoreScheduler",
+    "CoreSlot",
     "CoreState",
     "HbmSpace",
     "InstructionRecord",
@@ -31,8 +35,10 @@ __all__ = [
     "ProfileSummary",
     "RunResult",
     "StreamSummary",
+    "World",
     "default_chip",
     "simulate",
     "simulate_cores",
+    "simulate_system",
     "write_trace",
 ]

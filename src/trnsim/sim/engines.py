@@ -19,8 +19,10 @@ NO_WAIT = -1  # its stream was the last thing it waited for
 PIPELINE = -2  # TensorE: its LoadStationary / the previous MultiplyMoving
 PORT = -3  # an NC-v2 shared SBUF/PSUM port held by another engine
 QUEUE = -4  # a DMA queue's earlier transfer, DMA engines or HBM bandwidth in use
+PEER = -5  # a synchronising instruction waited for other NeuronCores (barrier, send/receive)
+FABRIC = -6  # a collective waited for the collectives fabric
 CAUSE_NAMES = {NO_WAIT: "in order", PIPELINE: "tensor pipeline", PORT: "shared port",
-               QUEUE: "dma queue/bandwidth"}
+               QUEUE: "dma queue/bandwidth", PEER: "other cores", FABRIC: "collectives fabric"}
 
 STREAM_OF_ENGINE = {Engine.TENSOR: TENSOR, Engine.VECTOR: VECTOR, Engine.SCALAR: SCALAR,
                     Engine.GPSIMD: GPSIMD, Engine.SYNC: SYNC}

@@ -86,6 +86,9 @@ class Planner:
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
+        # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
+        # the program then runs by program counter (trnsim.sim.chip)
+        self.has_kinds = False
 
     def plan_program(self, program: Program) -> list[Plan]:
         """One plan per instruction, in program order; raises the first legality error."""
@@ -105,6 +108,15 @@ class Planner:
             append(plan)
         return plans
 
+    def plan(self, ins: Instruction, program: Program) -> Plan:
+        """The plan of one instruction met at run time (a register-addressed operand resolved):
+        checked and planned once per distinct instruction, like `plan_program`'s."""
+        key = self.key(ins)
+        plan = self._cache.get(key)
+        if plan is None:
+            plan = self._cache[key] = self._new(ins, program)
+        return plan
+
     def key(self, ins: Instruction) -> tuple:
         """What makes two instructions the same for checking and timing: class and attributes
         other than ``source`` and ``label``."""
@@ -116,6 +128,8 @@ class Planner:
         return cls, getter(ins)
 
     def _new(self, ins: Instruction, program: Program) -> Plan:
+        if getattr(type(ins), "KIND", ""):
+            self.has_kinds = True
         ins.check(self.core)
         for ap in (*ins.reads(), *ins.writes()):
             if ap.memory is Memory.HBM and ap not in self._bounded:

@@ -42,6 +42,7 @@ class InstructionRecord:
     flops: int
     source: str | None
     waited_on: str  # what set its start: a producer's engine, "in order", "tensor pipeline", ...
+    pc: int | None = None  # the program's instruction index (differs from index under loops)
 
     @property
     def busy_ns(self) -> float:
@@ -103,6 +104,9 @@ class Profile:
         self.done_ns = np.array(scheduler.dones, dtype=np.float64)
         self.stream = np.array(scheduler.codes, dtype=np.int32)
         self.cause = np.array(scheduler.causes, dtype=np.int32)
+        # programs with control flow: record i ran instruction pcs[i] (concrete: resolved operands)
+        self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
+        self.concrete = scheduler.concrete
         # per-instruction figures: gathered from the (few) distinct plans by each record's plan id
         distinct = scheduler.planner.distinct
         uids = np.array(scheduler.uids, dtype=np.int64)
@@ -141,7 +145,8 @@ class Profile:
 
     # --- records -------------------------------------------------------------------------------
     def record(self, index: int) -> InstructionRecord:
-        ins = self.program.instructions[index]
+        pc = int(self.pcs[index]) if self.pcs is not None else index
+        ins = self.concrete.get(index) or self.program.instructions[pc]
         code = int(self.stream[index])
         cause = int(self.cause[index])
         operands = tuple(ap.describe() for ap in (*ins.writes(), *ins.reads()))
@@ -150,7 +155,7 @@ class Profile:
             stream=stream_name(code), queue=code - DMA_BASE if code >= DMA_BASE else None,
             start_ns=float(self.start_ns[index]), end_ns=float(self.end_ns[index]),
             done_ns=float(self.done_ns[index]), operands=operands, bytes=int(self.nbytes[index]),
-            flops=int(self.flops[index]), source=ins.source, waited_on=_cause_name(cause))
+            flops=int(self.flops[index]), source=ins.source, waited_on=_cause_name(cause), pc=pc)
 
     @property
     def records(self) -> list[InstructionRecord]:

@@ -24,6 +24,7 @@ from trnsim.sim.chip import CoreRun, default_chip, make_schedulers, run_cores
 from trnsim.sim.memory import HbmSpace
 from trnsim.sim.profile import Profile
 from trnsim.sim.state import CoreState
+from trnsim.sim.sync import CoreSlot, SyncHub, World
 
 
 @dataclass
@@ -37,6 +38,8 @@ class RunResult:
     outputs: dict[str, np.ndarray] | None
     profile: Profile
     core_index: int = 0
+    # the final contents of the input tensors (current NKI kernels may write into their inputs)
+    hbm_arrays: dict[str, np.ndarray] | None = None
 
     @property
     def total_ns(self) -> float:
@@ -59,7 +62,26 @@ def simulate_cores(programs: Sequence[Program],
 
     inputs: one dict per program (or None). shared: HBM tensor names that are one buffer across
     cores (as NKI SPMD kernels and LNC=2 see their arguments); a mapping may give a shared
-    tensor's initial value, otherwise it comes from the first core whose inputs name it.
+    tensor's initial value, otherwise it comes from the first core whose inputs name it. The
+    cores form one logical NeuronCore: core i is its physical core i (for core barriers and
+    send/receive).
+    """
+    slots = [CoreSlot(lnc_index=i) for i in range(len(programs))]
+    return simulate_system(programs, inputs, slots=slots, chip=chip, mode=mode, seed=seed,
+                           shared=shared)
+
+
+def simulate_system(programs: Sequence[Program],
+                    inputs: Sequence[Mapping[str, np.ndarray] | None] | None = None, *,
+                    slots: Sequence[CoreSlot] | None = None, chip=None, mode: str = "functional",
+                    seed: int = 0, shared: Mapping[str, np.ndarray | None] | Iterable[str] | None = None,
+                    world: World | None = None) -> list[RunResult]:
+    """Run programs on the cores of one or more chips of the same kind, concurrently.
+
+    `slots` place each program (`CoreSlot`: chip, tensor-sharing group, collective rank, core
+    within its logical NeuronCore; default: all on chip 0, one group). `shared` names are one
+    buffer per group; `world` maps ranks onto a collectives fabric for `CollectiveOp`s. Returns
+    one `RunResult` per program, in order.
     """
     programs = list(programs)
     check_mode(mode)
@@ -67,33 +89,52 @@ def simulate_cores(programs: Sequence[Program],
         chip = hardware.chip(chip)
     elif chip is None and programs:
         chip = default_chip(programs[0].target)
-    check_chip(programs, chip)
+    slots = list(slots) if slots is not None else [CoreSlot(lnc_index=i) for i in range(len(programs))]
     inputs = list(inputs) if inputs is not None else [None] * len(programs)
-    if len(inputs) != len(programs):
-        raise InvalidArgumentError(f"{len(programs)} programs but {len(inputs)} input dicts")
+    if len(inputs) != len(programs) or len(slots) != len(programs):
+        raise InvalidArgumentError(f"{len(programs)} programs but {len(inputs)} input dicts and "
+                                   f"{len(slots)} slots")
     shared_values = _shared_values(shared)
+    for name, value in shared_values.items():
+        if value is not None and not any(name in p.tensors for p in programs):
+            raise InvalidArgumentError(f"shared tensor {name!r} is not declared by any program")
     functional = mode == "functional"
-    for program, given in zip(programs, inputs, strict=True):
+    chips = sorted({slot.chip for slot in slots})
+    for c in chips:
+        check_chip([p for p, s in zip(programs, slots, strict=True) if s.chip == c], chip)
+    for program, given, slot in zip(programs, inputs, slots, strict=True):
         provided = {k for k, v in shared_values.items() if v is not None}
-        provided |= {k for other in inputs if other for k in other if k in shared_values}
+        provided |= {k for other, o_slot in zip(inputs, slots, strict=True)
+                     if other and o_slot.group == slot.group for k in other if k in shared_values}
         check_inputs(program, given, provided=provided, required=functional)
-    hbm = HbmSpace(chip.memory_bytes, chip.name)
-    keys = [_reserve_tensors(hbm, program, index, shared_values)
-            for index, program in enumerate(programs)]
-    schedulers = make_schedulers(chip, len(programs))
-    runs = [CoreRun(i, program, schedulers[i]) for i, program in enumerate(programs)]  # verifies
+    hbms = {c: HbmSpace(chip.memory_bytes, chip.name) for c in chips}
+    keys = [_reserve_tensors(hbms[slot.chip], program, index, shared_values, slot.group)
+            for index, (program, slot) in enumerate(zip(programs, slots, strict=True))]
+    schedulers: list = [None] * len(programs)
+    for c in chips:
+        members = [i for i, s in enumerate(slots) if s.chip == c]
+        for i, scheduler in zip(members, make_schedulers(chip, len(members)), strict=True):
+            schedulers[i] = scheduler
+    runs = [CoreRun(i, program, schedulers[i], slot=slots[i])  # verifies
+            for i, program in enumerate(programs)]
     if functional:
-        _load_tensors(hbm, programs, inputs, keys, shared_values)
+        for c in chips:
+            members = [i for i, s in enumerate(slots) if s.chip == c]
+            _load_tensors(hbms[c], [programs[i] for i in members], [inputs[i] for i in members],
+                          [keys[i] for i in members], shared_values)
         for i, run in enumerate(runs):
-            run.state = CoreState(chip.core, hbm, keys[i], seed=seed, core_index=i)
-    run_cores(runs)
+            run.state = CoreState(chip.core, hbms[slots[i].chip], keys[i], seed=seed, core_index=i)
+    run_cores(runs, SyncHub(runs, world))
     results = []
     for i, program in enumerate(programs):
         profile = Profile(program=program, core=chip.core, chip=chip, core_index=i, mode=mode,
                           scheduler=schedulers[i])
+        hbm = hbms[slots[i].chip]
         outputs = ({t.name: hbm.array(keys[i][t.name]) for t in program.outputs}
                    if functional else None)
-        results.append(RunResult(outputs, profile, i))
+        results.append(RunResult(outputs, profile, i, hbm_arrays=(
+            {t.name: hbm.array(keys[i][t.name]) for t in program.tensors.values()
+             if t.kind == "input"} if functional else None)))
     return results
 
 
@@ -108,11 +149,12 @@ def _shared_values(shared) -> dict[str, np.ndarray | None]:
 
 
 def _reserve_tensors(hbm: HbmSpace, program: Program, index: int,
-                     shared: dict[str, np.ndarray | None]) -> dict[str, str]:
+                     shared: dict[str, np.ndarray | None], group: int = 0) -> dict[str, str]:
     """Account every HBM tensor of a program against the chip; returns name -> HBM key."""
     keys = {}
     for decl in program.tensors.values():
-        key = f"shared:{decl.name}" if decl.name in shared else f"core{index}:{decl.name}"
+        key = (f"shared{group}:{decl.name}" if decl.name in shared
+               else f"core{index}:{decl.name}")
         hbm.reserve(key, decl)
         keys[decl.name] = key
     return keys
@@ -127,7 +169,7 @@ def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: li
             continue
         owner = next((k for k in keys if name in k), None)
         if owner is None:
-            raise InvalidArgumentError(f"shared tensor {name!r} is not declared by any program")
+            continue  # declared by programs on another chip
         decl = next(p.tensors[name] for p in programs if name in p.tensors)
         check_array(decl, value)
         hbm.array(owner[name])[...] = value

@@ -53,16 +53,21 @@ class CoreScheduler:
         self.dones: list[float] = []
         self.codes: list[int] = []
         self.causes: list[int] = []
+        # programs run by program counter (trnsim.sim.chip): the instruction index of each record,
+        # and the concrete instruction of a register-addressed one
+        self.pcs: list[int] | None = None
+        self.concrete: dict[int, Instruction] = {}
 
     def prepare(self, program) -> list[Plan]:
         """Check and plan every instruction (see `Planner.plan_program`)."""
         return self.planner.plan_program(program)
 
-    def step(self, plan: Plan, ins: Instruction) -> None:
-        """Schedule the next instruction of the program (`plan` is its plan)."""
+    def step(self, plan: Plan, ins: Instruction, not_before: float = 0.0) -> None:
+        """Schedule the next instruction of the program (`plan` is its plan). `not_before` is
+        a control-flow lower bound (a branch's decision, a register's value)."""
         code = plan.code
         # --- dependencies: the latest producer / reader / writer of overlapping bytes --------
-        ready = 0.0
+        ready = not_before
         cause = NO_WAIT
         for region in plan.reads:
             for other in region.neighbors:
@@ -114,6 +119,44 @@ class CoreScheduler:
         self.uids.append(plan.uid)
         self.starts.append(start)
         self.ends.append(end)
+        self.dones.append(done)
+        self.codes.append(code)
+        self.causes.append(cause)
+
+    # --- synchronising instructions (trnsim.sim.sync): arrive, then complete when released ----
+    def arrival(self, plan: Plan, not_before: float = 0.0) -> float:
+        """When a synchronising instruction would start on its own: its dependencies met and
+        its stream free. It then waits for the other participants (`complete`)."""
+        ready = max(not_before, self.stream_free[plan.code])
+        for region in plan.reads:
+            for other in region.neighbors:
+                ready = max(ready, other.w_ready)
+        for region in plan.writes:
+            for other in region.neighbors:
+                ready = max(ready, other.r_done, other.w_ready)
+        return ready
+
+    def complete(self, plan: Plan, start: float, done: float, cause: int,
+                 block_stream: bool = True) -> None:
+        """Record a synchronising instruction that waited from `start` (its arrival) until
+        `done` (released by the rendezvous, data in place); with `block_stream` its engine's
+        stream waited too (a barrier), else the work ran elsewhere (DMA, collective cores)."""
+        code = plan.code
+        for region in plan.reads:
+            if done > region.r_done:
+                region.r_done = done
+                region.r_engine = code
+        for region in plan.writes:
+            if done > region.w_ready:
+                region.w_ready = done
+            region.w_engine = code
+        if block_stream:
+            self.stream_free[code] = max(self.stream_free[code], done)
+        if start > self.clock:
+            self.clock = start
+        self.uids.append(plan.uid)
+        self.starts.append(start)
+        self.ends.append(done)
         self.dones.append(done)
         self.codes.append(code)
         self.causes.append(cause)

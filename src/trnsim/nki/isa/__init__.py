@@ -1,5 +1,6 @@
 """`nki.isa` (nisa) of the legacy `neuronxcc.nki` API: instruction-level calls returning tiles."""
 
+from trnsim.nki.api_boundary import module_getattr
 from trnsim.nki.isa.enums import (
     dge_mode,
     dma_engine,
@@ -66,5 +67,7 @@ class _Constants:
 
 
 constants = _Constants()
+
+__getattr__ = module_getattr("nisa", "current", __name__)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,4 +1,5 @@
-"""nisa enums, shared by the legacy and current front ends (values as NKI defines them)."""
+"""nisa enums of the legacy API; the current API (`trnsim.nki.current.isa.enums`) reuses the
+ones whose values did not change (engine, reduce_cmd, oob_mode, nc_version)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ class engine(IntEnum):
     tensor = 1
     scalar = 2
     gpsimd = 3
+    dma = 4  # the current API's engine.dma
     vector = 5
     sync = 6
 
@@ -53,7 +55,7 @@ dma_engine = "dma"
 gpsimd_dma = "gpsimd_dma"
 
 _TO_ISA = {engine.tensor: Engine.TENSOR, engine.scalar: Engine.SCALAR, engine.gpsimd: Engine.GPSIMD,
-           engine.vector: Engine.VECTOR, engine.sync: Engine.SYNC}
+           engine.vector: Engine.VECTOR, engine.sync: Engine.SYNC, engine.dma: Engine.DMA}
 
 
 def to_isa_engine(value) -> Engine | None:

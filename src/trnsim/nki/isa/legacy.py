@@ -1,69 +1,47 @@
 """nisa for the legacy `neuronxcc.nki` API: each call returns its result tile (pending until placed).
 
-Every function maps 1:1 onto a `trnsim.isa` instruction; `mask=` shrinks all operands.
+Every function maps 1:1 onto a `trnsim.isa` instruction through `lowering` (shared with the current
+API); `mask=` shrinks all operands. What this module adds is the legacy calling convention: the
+result is a pending tile whose shape and dtype the call infers, placed where it is assigned.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
-from trnsim.isa import (
-    Activation,
-    AffineSelect,
-    BnAggr,
-    BnStats,
-    DmaCopy,
-    DmaTranspose,
-    Dropout,
-    FindIndex8,
-    Iota,
-    LocalGather,
-    MatchReplace8,
-    Max8,
-    Memset,
-    RangeSelect,
-    Reciprocal,
-    ScalarTensorTensor,
-    SelectReduce,
-    StreamShuffle,
-    TensorCopy,
-    TensorCopyPredicated,
-    TensorPartitionReduce,
-    TensorReduce,
-    TensorScalar,
-    TensorTensor,
-    TensorTensorScan,
-    TensorTranspose,
-    VectorTranspose,
-    activation_function,
-    alu_op,
-)
+from trnsim.isa import activation_function, alu_op
+from trnsim.nki.api_boundary import current_only_keyword
 from trnsim.nki.indexing import IndexExpr, Predicate
+from trnsim.nki.isa import lowering
 from trnsim.nki.isa.enums import nc_version, reduce_cmd_name, to_isa_engine
 from trnsim.nki.language.buffers import split_shape
-from trnsim.nki.language.compound import _ap_axes, _free_axes, _reduced_shape, matmul_pending
-from trnsim.nki.operands import is_scalar, mask_of, resolve_dtype, tile_arg, wider
+from trnsim.nki.language.compound import _free_axes, _reduced_shape, matmul_pending
+from trnsim.nki.operands import mask_of, resolve_dtype, tile_arg, wider
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
 from trnsim.numerics import dtype as as_dtype
 
 
-def _operand(value, predicate, tags=None):
-    """A scalar stays a float; a tile becomes its (masked) access pattern."""
-    if isinstance(value, Tile):
-        tile = tile_arg(value, "operand")
-        return tile.access(predicate, tags if tags is not None else tile.tags)
-    if value is None:
-        return None
-    return float(value)
+def _ready(value, what: str = "operand"):
+    """Tiles are made ready to read now (their producers placed); scalars pass through."""
+    return tile_arg(value, what) if isinstance(value, Tile) else value
 
 
-def _op_name(op) -> str | None:
-    return None if op is None else alu_op(op).name
+def returns_result(fn):
+    """A legacy nisa call returns its result: `dst=` is the current API's form (nki 0.3+)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if "dst" in kwargs:
+            raise current_only_keyword(f"nisa.{fn.__name__}", "dst")
+        return fn(*args, **kwargs)
+    return call
 
 
 @api("nisa.nc_matmul")
+@returns_result
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None, **kwargs):
     st = tile_arg(stationary, "nc_matmul stationary")
@@ -75,26 +53,32 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     return matmul_pending(st, mv, mask_of(mask), perf_mode=mode, moving_onezero=is_moving_onezero)
 
 
+def transpose_engine(engine, partitions: int, free: int) -> str:
+    """The engine an nc_transpose runs on: the user's choice, else VectorE up to 32x32."""
+    chosen = to_isa_engine(engine)
+    if chosen is None:
+        return "vector" if partitions <= 32 and free <= 32 else "tensor"
+    return str(chosen)
+
+
 @api("nisa.nc_transpose")
+@returns_result
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "nc_transpose data")
     p, f = src.shape[0], src.size // src.shape[0]
-    chosen = to_isa_engine(engine)
-    if chosen is None:
-        chosen = "vector" if p <= 32 and f <= 32 else "tensor"
-    chosen = str(chosen)
+    chosen = transpose_engine(engine, p, f)
     predicate = mask_of(mask)
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        cls = VectorTranspose if chosen == "vector" else TensorTranspose
-        trace.emit_now(cls, dst=dst.access(predicate), src=src.access(predicate), engine=chosen)
+        lowering.transpose(dst, src, chosen, predicate)
 
     buffer = "sbuf" if chosen == "vector" else "psum"
     return trace.defer((f, p), resolve_dtype(dtype) or src.dtype_spec, emit, buffer=buffer)
 
 
 @api("nisa.activation")
+@returns_result
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                reduce_cmd=0, mask=None, dtype=None, **kwargs):
     trace = current_trace()
@@ -105,19 +89,18 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     cmd = reduce_cmd_name(reduce_cmd)
     if reduce_res is not None and reduce_op is None:
         reduce_op = "add"
-    red_name = _op_name(reduce_op)
     red_tile = tile_arg(reduce_res, "reduce_res") if reduce_res is not None else None
+    scale, bias = _ready(scale, "scale"), _ready(bias, "bias")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Activation, dst=dst.access(predicate, tags), src=src.access(predicate, tags),
-                       func=func, scale=_operand(scale, predicate), bias=_operand(bias, predicate),
-                       reduce_op=red_name, reduce_cmd=cmd,
-                       reduce_dst=red_tile.access() if red_tile is not None else None)
+        lowering.activation(dst, src, func, scale=scale, bias=bias, reduce_op=reduce_op,
+                            reduce_cmd=cmd, reduce_dst=red_tile, predicate=predicate, tags=tags)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit, tags=tags)
 
 
 @api("nisa.activation_reduce")
+@returns_result
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None,
                       **kwargs):
     return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
@@ -125,114 +108,116 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 
 
 @api("nisa.tensor_reduce")
+@returns_result
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "tensor_reduce data")
     axes = _free_axes(src, axis)
     predicate = mask_of(mask)
-    name = alu_op(op).name
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        s = src.access(predicate)
-        trace.emit_now(TensorReduce, dst=dst.access(predicate), src=s, op=name,
-                       axes=_ap_axes(src, axes, s), negate=negate)
+        lowering.tensor_reduce(dst, src, op, axes, negate=negate, predicate=predicate)
 
     return trace.defer(_reduced_shape(src, axes, keepdims), resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.tensor_partition_reduce")
+@returns_result
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "tensor_partition_reduce data")
-    name = alu_op(op).name
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorPartitionReduce, dst=dst.access(), src=src.access(mask_of(mask)), op=name)
+        lowering.tensor_partition_reduce(dst, src, op, mask_of(mask))
 
     return trace.defer((1, *src.shape[1:]), resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.tensor_tensor")
+@returns_result
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, **kwargs):
     trace = current_trace()
     a, b = tile_arg(data1, "tensor_tensor data1"), tile_arg(data2, "tensor_tensor data2")
     predicate = mask_of(mask)
     tags = a.tags
-    name = alu_op(op).name
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorTensor, dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
-                       in1=b.access(predicate, tags), op=name, engine=to_isa_engine(engine))
+        lowering.tensor_tensor(dst, a, b, op, engine=to_isa_engine(engine), predicate=predicate,
+                               tags=tags)
 
     out = resolve_dtype(dtype) or wider(a.dtype_spec, b.dtype_spec)
     return trace.defer(a.shape, out, emit, tags=tags)
 
 
 @api("nisa.tensor_tensor_scan")
+@returns_result
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
                        mask=None, **kwargs):
     trace = current_trace()
     a, b = tile_arg(data0, "tensor_tensor_scan data0"), tile_arg(data1, "tensor_tensor_scan data1")
     predicate = mask_of(mask)
+    initial = _ready(initial, "initial")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorTensorScan, dst=dst.access(predicate), in0=a.access(predicate),
-                       in1=b.access(predicate), initial=_operand(initial, predicate),
-                       op0=alu_op(op0).name, op1=alu_op(op1).name, reverse0=reverse0, reverse1=reverse1)
+        lowering.tensor_tensor_scan(dst, a, b, initial, op0, op1, reverse0=reverse0,
+                                    reverse1=reverse1, predicate=predicate)
 
     return trace.defer(a.shape, resolve_dtype(dtype) or wider(a.dtype_spec, b.dtype_spec), emit)
 
 
 @api("nisa.scalar_tensor_tensor")
+@returns_result
 def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
                          dtype=None, mask=None, **kwargs):
     trace = current_trace()
     src, other = tile_arg(data, "data"), tile_arg(operand1, "operand1")
     predicate = mask_of(mask)
+    operand0 = _ready(operand0, "operand0")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(ScalarTensorTensor, dst=dst.access(predicate), src=src.access(predicate),
-                       op0=alu_op(op0).name, operand0=_operand(operand0, predicate),
-                       op1=alu_op(op1).name, in1=other.access(predicate), reverse0=reverse0,
-                       reverse1=reverse1)
+        lowering.scalar_tensor_tensor(dst, src, op0, operand0, op1, other, reverse0=reverse0,
+                                      reverse1=reverse1, predicate=predicate)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.tensor_scalar")
+@returns_result
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *,
                   dtype=None, mask=None, engine=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "tensor_scalar data")
     predicate = mask_of(mask)
     tags = src.tags
+    operand0, operand1 = _ready(operand0, "operand0"), _ready(operand1, "operand1")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorScalar, dst=dst.access(predicate, tags), src=src.access(predicate, tags),
-                       op0=alu_op(op0).name, operand0=_operand(operand0, predicate), reverse0=reverse0,
-                       op1=_op_name(op1), operand1=_operand(operand1, predicate), reverse1=reverse1,
-                       engine=to_isa_engine(engine))
+        lowering.tensor_scalar(dst, src, op0, operand0, reverse0=reverse0, op1=op1,
+                               operand1=operand1, reverse1=reverse1, engine=to_isa_engine(engine),
+                               predicate=predicate, tags=tags)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit, tags=tags)
 
 
 @api("nisa.tensor_scalar_reduce")
+@returns_result
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None,
                          mask=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "tensor_scalar_reduce data")
     res = tile_arg(reduce_res, "reduce_res")
     predicate = mask_of(mask)
+    operand0 = _ready(operand0, "operand0")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorScalar, dst=dst.access(predicate), src=src.access(predicate),
-                       op0=alu_op(op0).name, operand0=_operand(operand0, predicate), reverse0=reverse0,
-                       reduce_op=alu_op(reduce_op).name, reduce_dst=res.access())
+        lowering.tensor_scalar(dst, src, op0, operand0, reverse0=reverse0, reduce_op=reduce_op,
+                               reduce_dst=res, predicate=predicate)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.tensor_copy")
+@returns_result
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, **kwargs):
     trace = current_trace()
     data = tile_arg(src, "tensor_copy src")
@@ -240,8 +225,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, **kwargs):
     tags = data.tags
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorCopy, dst=dst.access(predicate, tags), src=data.access(predicate, tags),
-                       engine=to_isa_engine(engine))
+        lowering.tensor_copy(dst, data, engine=to_isa_engine(engine), predicate=predicate, tags=tags)
 
     return trace.defer(data.shape, resolve_dtype(dtype) or data.dtype_spec, emit, tags=tags)
 
@@ -251,18 +235,20 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
     trace = current_trace()
     pm = mask_of(mask)
     target = tile_arg(dst, "tensor_copy_predicated dst")
-    trace.emit(TensorCopyPredicated, dst=target.access(pm), src=_operand(src, pm),
-               predicate=tile_arg(predicate, "predicate").access(pm), reverse=reverse_pred)
+    source, pred = _ready(src, "src"), tile_arg(predicate, "predicate")
+    trace.flush()
+    lowering.tensor_copy_predicated(target, source, pred, reverse=reverse_pred, predicate=pm)
 
 
 @api("nisa.reciprocal")
+@returns_result
 def reciprocal(data, *, dtype=None, mask=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "reciprocal data")
     predicate = mask_of(mask)
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Reciprocal, dst=dst.access(predicate), src=src.access(predicate))
+        lowering.reciprocal(dst, src, predicate)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
@@ -279,6 +265,7 @@ def affine_parts(expr: IndexExpr) -> tuple[tuple[int, ...], int, int, tuple[int,
 
 
 @api("nisa.iota")
+@returns_result
 def iota(expr, dtype, *, mask=None, **kwargs):
     trace = current_trace()
     if isinstance(expr, int):
@@ -288,21 +275,21 @@ def iota(expr, dtype, *, mask=None, **kwargs):
     shape, base, pstep, steps = affine_parts(expr)
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Iota, dst=dst.access(), base=base, partition_step=pstep, steps=tuple(steps),
-                       free_shape=tuple(shape[1:]))
+        lowering.iota(dst, base=base, partition_step=pstep, steps=steps, free_shape=shape[1:])
 
     return trace.defer(shape, resolve_dtype(dtype), emit)
 
 
 @api("nisa.dropout")
+@returns_result
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "dropout data")
     predicate = mask_of(mask)
+    prob = _ready(prob, "prob")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Dropout, dst=dst.access(predicate), src=src.access(predicate),
-                       prob=_operand(prob, predicate))
+        lowering.dropout(dst, src, prob, predicate)
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
@@ -311,6 +298,7 @@ _CMP = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"
 
 
 @api("nisa.affine_select")
+@returns_result
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     if not isinstance(pred, Predicate):
@@ -325,28 +313,32 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
                                    f"tile {list(src.shape)}")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(AffineSelect, dst=dst.access(), src=src.access(), cmp=_CMP[op], base=base,
-                       partition_step=pstep, steps=tuple(steps), fill=float(on_false_value),
-                       free_shape=tuple(src.shape[1:]))
+        lowering.affine_select(dst, src, cmp=_CMP[op], base=base, partition_step=pstep, steps=steps,
+                               fill=float(on_false_value), free_shape=src.shape[1:])
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
+def range_select_fill(on_false_value) -> float:
+    """on_false_value as the instruction's fill (nl.fp32 -> its .min; default FP32_MIN)."""
+    if on_false_value is None or on_false_value is Ellipsis:
+        return float(np.finfo(np.float32).min)
+    return float(getattr(on_false_value, "min", on_false_value))
+
+
 @api("nisa.range_select")
+@returns_result
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=0, reduce_res=None,
                  reduce_op=np.amax, range_start=0, on_false_value=None, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src = tile_arg(on_true_tile, "range_select on_true_tile")
     res = tile_arg(reduce_res, "reduce_res") if reduce_res is not None else None
-    fill = float(np.finfo(np.float32).min) if on_false_value is None else float(getattr(
-        on_false_value, "min", on_false_value))
+    b0, b1 = tile_arg(bound0, "bound0"), tile_arg(bound1, "bound1")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(RangeSelect, dst=dst.access(), src=src.access(), cmp0=alu_op(comp_op0).name,
-                       bound0=tile_arg(bound0, "bound0").access(), cmp1=alu_op(comp_op1).name,
-                       bound1=tile_arg(bound1, "bound1").access(), range_start=int(range_start),
-                       fill=fill, reduce_dst=res.access() if res is not None else None,
-                       reduce_cmd=reduce_cmd_name(reduce_cmd))
+        lowering.range_select(dst, src, cmp0=comp_op0, bound0=b0, cmp1=comp_op1, bound1=b1,
+                              range_start=range_start, fill=range_select_fill(on_false_value),
+                              reduce_dst=res, reduce_cmd=reduce_cmd_name(reduce_cmd))
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
@@ -357,56 +349,60 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
     trace = current_trace()
     pm = mask_of(mask)
     res = tile_arg(reduce_res, "reduce_res") if reduce_res is not None else None
-    trace.emit(SelectReduce, dst=tile_arg(dst, "dst").access(pm),
-               predicate=tile_arg(predicate, "predicate").access(pm),
-               on_true=tile_arg(on_true, "on_true").access(pm), on_false=_operand(on_false, pm),
-               reverse=reverse_pred, reduce_dst=res.access() if res is not None else None,
-               reduce_cmd=reduce_cmd_name(reduce_cmd))
+    target, pred = tile_arg(dst, "dst"), tile_arg(predicate, "predicate")
+    true_tile, false_value = tile_arg(on_true, "on_true"), _ready(on_false, "on_false")
+    trace.flush()
+    lowering.select_reduce(target, pred, true_tile, false_value, reverse=reverse_pred,
+                           reduce_dst=res, reduce_cmd=reduce_cmd_name(reduce_cmd), predicate=pm)
 
 
 @api("nisa.memset")
+@returns_result
 def memset(shape, value, dtype, *, mask=None, engine=None, **kwargs):
     trace = current_trace()
     plain, _ = split_shape(shape)
     predicate = mask_of(mask)
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Memset, dst=dst.access(predicate), value=float(value), engine=to_isa_engine(engine))
+        lowering.memset(dst, value, engine=to_isa_engine(engine), predicate=predicate)
 
     return trace.defer(plain, resolve_dtype(dtype), emit)
 
 
 @api("nisa.bn_stats")
+@returns_result
 def bn_stats(data, *, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "bn_stats data")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(BnStats, dst=dst.access(), src=src.access(mask_of(mask)))
+        lowering.bn_stats(dst, src, mask_of(mask))
 
     return trace.defer((src.shape[0], 6), resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.bn_aggr")
+@returns_result
 def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src = tile_arg(data, "bn_aggr data")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(BnAggr, dst=dst.access(), src=src.access(mask_of(mask)))
+        lowering.bn_aggr(dst, src, mask_of(mask))
 
     return trace.defer((src.shape[0], 2), resolve_dtype(dtype) or src.dtype_spec, emit)
 
 
 @api("nisa.local_gather")
+@returns_result
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None):
     trace = current_trace()
     src, idx = tile_arg(src_buffer, "local_gather src_buffer"), tile_arg(index, "local_gather index")
     count = num_valid_indices or 16 * (idx.size // idx.shape[0])
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(LocalGather, dst=dst.access(), src=src.access(), index=idx.access(),
-                       elems_per_index=int(num_elem_per_idx), valid_indices=num_valid_indices)
+        lowering.local_gather(dst, src, idx, elems_per_index=num_elem_per_idx,
+                              valid_indices=num_valid_indices)
 
     return trace.defer((src.shape[0], count, int(num_elem_per_idx)), src.dtype_spec, emit)
 
@@ -420,11 +416,12 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=0, dge_mode=3, **
     accumulate = dst_rmw_op is not None and alu_op(dst_rmw_op).name == "add"
     if dst_rmw_op is not None and not accumulate:
         raise InvalidArgumentError("dma_copy dst_rmw_op supports add only")
-    trace.emit(DmaCopy, dst=target.access(pm, source.tags), src=source.access(pm, source.tags),
-               accumulate=accumulate)
+    trace.flush()
+    lowering.dma_copy(target, source, accumulate=accumulate, predicate=pm, tags=source.tags)
 
 
 @api("nisa.dma_transpose")
+@returns_result
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     data = tile_arg(src, "dma_transpose src")
@@ -432,43 +429,44 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
         raise UnsupportedError("dma_transpose supports 2-D tiles with axes (1, 0) in trnsim")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(DmaTranspose, dst=dst.access(), src=data.access(mask_of(mask)))
+        lowering.dma_transpose(dst, data, mask_of(mask))
 
     return trace.defer(data.shape[::-1], resolve_dtype(dtype) or data.dtype_spec, emit)
 
 
 @api("nisa.max8")
+@returns_result
 def max8(*, src, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     data = tile_arg(src, "max8 src")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(Max8, dst=dst.access(), src=data.access(mask_of(mask)))
+        lowering.max8(dst, data, mask_of(mask))
 
     return trace.defer((data.shape[0], 8), resolve_dtype(dtype) or data.dtype_spec, emit)
 
 
 @api("nisa.nc_find_index8")
+@returns_result
 def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src, values = tile_arg(data, "nc_find_index8 data"), tile_arg(vals, "nc_find_index8 vals")
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(FindIndex8, dst=dst.access(), src=src.access(mask_of(mask)), values=values.access())
+        lowering.find_index8(dst, src, values, mask_of(mask))
 
     return trace.defer((src.shape[0], 8), resolve_dtype(dtype) or as_dtype("uint32"), emit)
 
 
 @api("nisa.nc_match_replace8")
+@returns_result
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
     trace = current_trace()
     src, values = tile_arg(data, "nc_match_replace8 data"), tile_arg(vals, "nc_match_replace8 vals")
     index = tile_arg(dst_idx, "dst_idx") if dst_idx is not None else None
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(MatchReplace8, dst=dst.access(), src=src.access(mask_of(mask)),
-                       values=values.access(), imm=float(imm),
-                       index_dst=index.access() if index is not None else None)
+        lowering.match_replace8(dst, src, values, imm, index, mask_of(mask))
 
     return trace.defer(src.shape, resolve_dtype(dtype) or src.dtype_spec, emit)
 
@@ -476,8 +474,9 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
 @api("nisa.nc_stream_shuffle")
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
     trace = current_trace()
-    trace.emit(StreamShuffle, dst=tile_arg(dst, "dst").access(), src=tile_arg(src, "src").access(),
-               mask=tuple(int(m) for m in shuffle_mask))
+    source, target = tile_arg(src, "src"), tile_arg(dst, "dst")
+    trace.flush()
+    lowering.stream_shuffle(target, source, shuffle_mask)
 
 
 def get_nc_version():
@@ -495,7 +494,3 @@ tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
 tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
 sequence_bounds = _unsupported("sequence_bounds")
 builtin_custom_op = _unsupported("builtin_custom_op")
-
-
-def _is_scalar(value) -> bool:
-    return is_scalar(value)

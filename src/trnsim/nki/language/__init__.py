@@ -1,5 +1,6 @@
 """`nki.language` (nl) of the legacy `neuronxcc.nki` API, as traced by trnsim."""
 
+from trnsim.nki.api_boundary import module_getattr
 from trnsim.nki.indexing import arange, ds, mgrid
 from trnsim.nki.language.buffers import (
     hbm,
@@ -136,5 +137,7 @@ from trnsim.nki.language.memory import (
     store,
 )
 from trnsim.nki.tile import Tile as tensor
+
+__getattr__ = module_getattr("nl", "current", __name__)
 
 __all__ = [name for name in dir() if not name.startswith("_")]
