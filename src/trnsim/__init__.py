@@ -1,3 +1,24 @@
-"""trnsim: a software Trainium. Simulates AWS Neuron accelerators' numerics and timing."""
+"""trnsim: a software Trainium. Simulates AWS Neuron accelerators' numerics and timing.
+
+    compiled = trnsim.trace(model, example_inputs, instance="inf2.xlarge")
+    outputs = compiled(*inputs)        # what the hardware would compute
+    print(compiled.report())           # latency, throughput, cost, where the time went
+
+`trnsim.analyze(model, inputs)` reports operator support like torch_neuronx.analyze;
+`trnsim.load(path)` reads a saved model. Kernels: `from trnsim import nki`.
+"""
 
 __version__ = "0.1.0"
+
+_LAZY = {"trace": ("trnsim.runtime", "trace"), "load": ("trnsim.runtime", "load"),
+         "analyze": ("trnsim.compiler", "analyze")}
+
+
+def __getattr__(name: str):
+    """Import the model path only when used (it pulls in the compiler and, when called, torch)."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'trnsim' has no attribute {name!r}")

@@ -296,3 +296,16 @@ def test_subkernel_called_inside_a_kernel_is_inlined(rng):
 
     a = rng.standard_normal((8, 8)).astype(np.float32)
     np.testing.assert_allclose(k(a), 2 * a)
+
+
+def test_reduce_last_axis_of_a_dense_3d_tile(rng):
+    """The access pattern merges (4, 128) into 512 elements; the reduction still splits there."""
+    a = rng.standard_normal((128, 4, 128)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.tensor_reduce(np.max, nl.load(x), axis=(2,)))
+        return out
+
+    np.testing.assert_array_equal(k(a), a.max(axis=2))

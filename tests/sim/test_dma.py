@@ -79,7 +79,7 @@ def test_small_transfers_per_partition_are_inefficient():
 
     small, large = time_per_byte(512), time_per_byte(4096)
     assert small / large == pytest.approx(_efficiency(spec, 4096) / _efficiency(spec, 512), rel=EXACT)
-    assert small / large > 1.7  # 512 B per partition runs at about half the rate of 4 KiB
+    assert small / large > 1.3  # 512 B per partition runs at about 70% of the rate of 4 KiB
 
 
 def test_partitions_spread_over_engines_eight_each():

@@ -28,7 +28,10 @@ class TensorDecl:
     shape: tuple[int, ...]
     dtype: DType
     kind: str = "internal"
-    data: np.ndarray | None = None
+    data: np.ndarray | None = None  # or a zero-argument callable returning it (computed lazily)
+
+    def values(self) -> np.ndarray | None:
+        return self.data() if callable(self.data) else self.data
 
     @property
     def nbytes(self) -> int:
@@ -75,6 +78,10 @@ class Program:
     sbuf_peak_bytes_per_partition: int = 0  # as allocated by the front end
     psum_peak_bytes_per_partition: int = 0
     metadata: dict = field(default_factory=dict)
+    # True when every instruction already passed check(target) as it was emitted (NKI traces and
+    # the compiler's lowering check at emission, pointing at the user's line); the simulator then
+    # does not check again. HBM bounds are still checked when the program runs.
+    checked: bool = False
 
     @property
     def inputs(self) -> list[TensorDecl]:

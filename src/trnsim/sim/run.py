@@ -183,7 +183,8 @@ def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: li
                 hbm.array(key)[...] = np.asarray(given[decl.name])
                 loaded.add(key)
             elif decl.data is not None:
-                data = np.asarray(decl.data)
+                # a callable is lazily computed data (e.g. a weight laid out at load time)
+                data = np.asarray(decl.data() if callable(decl.data) else decl.data)
                 if data.dtype != decl.dtype.np_dtype:
                     data = cast(data, decl.dtype)
                 hbm.array(key)[...] = data.reshape(decl.shape)

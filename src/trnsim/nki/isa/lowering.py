@@ -95,11 +95,11 @@ def activation(dst: Tile, src: Tile, func: str, *, scale=1.0, bias=None, reduce_
 def tensor_reduce(dst: Tile, src: Tile, op, axes: tuple[int, ...], *, negate: bool = False,
                   predicate=None, dst_tags=None) -> None:
     """Reduce the tile axes `axes` (trailing free axes of `src`)."""
-    from trnsim.nki.language.compound import _ap_axes
+    from trnsim.nki.language.compound import reduction_source
 
-    s = access(src, predicate)
+    s, ap_axes = reduction_source(src, axes, access(src, predicate))
     emit(TensorReduce, dst=access(dst, predicate, dst_tags), src=s, op=alu_op(op).name,
-         axes=_ap_axes(src, axes, s), negate=negate)
+         axes=ap_axes, negate=negate)
 
 
 def tensor_partition_reduce(dst: Tile, src: Tile, op, predicate=None) -> None:

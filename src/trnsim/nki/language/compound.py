@@ -3,6 +3,8 @@ matmul, transpose, dropout, rand. Each lowers to the instruction sequence the co
 
 from __future__ import annotations
 
+import dataclasses
+
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
     Activation,
@@ -55,9 +57,8 @@ def reduce(op: str, x, axis, *, dtype=None, mask=None, keepdims=False, negate=Fa
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
         d = dst.access(predicate, tags[:1])
-        src = data.access(predicate, tags)
-        trace.emit_now(TensorReduce, dst=d, src=src, op=name, axes=_ap_axes(data, axes, src),
-                       negate=negate)
+        src, ap_axes = reduction_source(data, axes, data.access(predicate, tags))
+        trace.emit_now(TensorReduce, dst=d, src=src, op=name, axes=ap_axes, negate=negate)
         if scale is not None:
             trace.emit_now(TensorScalar, dst=d, src=d, op0="multiply", operand0=scale)
 
@@ -65,21 +66,28 @@ def reduce(op: str, x, axis, *, dtype=None, mask=None, keepdims=False, negate=Fa
     return trace.defer(shape, resolve_dtype(dtype) or data.dtype_spec, emit, tags=tags[:1])
 
 
-def _ap_axes(data: Tile, axes, ap=None) -> tuple[int, ...]:
-    """The access pattern's axes that hold the tile's reduced trailing axes (the pattern merges
-    dense dims, so find where the kept leading free elements end)."""
-    ap = ap if ap is not None else data.access()
+def reduction_source(data: Tile, axes, ap) -> tuple:
+    """(access pattern, its reduction axes) for reducing the tile's trailing axes `axes`.
+
+    Access patterns merge dense dims, so the boundary between kept and reduced elements may sit
+    inside one merged (stride, size) pair: split that pair there (same bytes, one more dim)."""
     kept = 1
     for i, size in enumerate(data.shape):
         if 0 < i < axes[0]:
             kept *= size
-    rank = len(ap.shape)
-    prod_left = 1
-    for k in range(1, rank):
-        if prod_left == kept:
-            return tuple(range(k, rank))
-        prod_left *= ap.shape[k]
-    return (rank - 1,)
+    dims = list(ap.dims)
+    product = 1
+    for k, (stride, size) in enumerate(dims):
+        if product == kept:
+            return ap, tuple(range(k + 1, len(dims) + 1))
+        if kept % product == 0 and size % (kept // product) == 0 and kept // product < size:
+            outer = kept // product
+            inner = size // outer
+            dims[k:k + 1] = [(stride * inner, outer), (stride, inner)]
+            split = dataclasses.replace(ap, dims=tuple(dims))
+            return split, tuple(range(k + 2, len(dims) + 1))
+        product *= size
+    return ap, (len(dims),)
 
 
 @api("nl.sum")
@@ -132,7 +140,8 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
         src = data.access(predicate)
         col = trace.allocate((data.shape[0], 1), "float32", "sbuf", name="var_mean")
         centred = trace.allocate(data.shape, "float32", "sbuf", name="var_centred")
-        trace.emit_now(TensorReduce, dst=col.access(), src=src, op="add", axes=_ap_axes(data, axes, src))
+        split, ap_axes = reduction_source(data, axes, src)
+        trace.emit_now(TensorReduce, dst=col.access(), src=split, op="add", axes=ap_axes)
         trace.emit_now(TensorScalar, dst=col.access(), src=col.access(), op0="multiply",
                        operand0=1.0 / count)
         trace.emit_now(TensorScalar, dst=centred.access(predicate), src=src, op0="subtract",
@@ -163,8 +172,9 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
         negmax = trace.allocate((p, 1), "float32", "sbuf", name="sm_negmax")
         total = trace.allocate((p, 1), "float32", "sbuf", name="sm_sum")
         expo = trace.allocate(data.shape, "float32", "sbuf", name="sm_exp")
-        trace.emit_now(TensorReduce, dst=negmax.access(), src=src, op="max",
-                       axes=_ap_axes(data, axes, src), negate=True)
+        split, ap_axes = reduction_source(data, axes, src)
+        trace.emit_now(TensorReduce, dst=negmax.access(), src=split, op="max", axes=ap_axes,
+                       negate=True)
         trace.emit_now(Activation, dst=expo.access(predicate, tags), src=src, func="exp",
                        bias=negmax.access(), reduce_op="add", reduce_cmd="reset_reduce",
                        reduce_dst=total.access())

@@ -1,0 +1,448 @@
+"""Lowering: a kernel-level graph -> one `isa.Program`, by calling `trnsim.kernels` in one trace.
+
+Every ``k.*`` node becomes one call of its kernel inside a single NKI trace, so the whole model is
+one instruction stream and the simulator sees weight DMAs of the next kernel overlap the current
+kernel's compute (the schedule pass's intent). Instructions carry the node (``k.matmul:name``) as
+their label and the model's source line as their source, for the per-op breakdown and errors.
+HBM tensors: model inputs, weights (constants with data; laid out as the layout pass decided),
+one tensor per kernel result, and views that are strided access patterns into their base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trnsim import kernels
+from trnsim.compiler.errors import IRError
+from trnsim.compiler.fused import KERNELS
+from trnsim.compiler.interpret import EVAL
+from trnsim.compiler.ir import Graph, Node
+from trnsim.compiler.lowering.steps import to_callable
+from trnsim.errors import TrnsimError, UnsupportedError
+from trnsim.isa import Program
+from trnsim.nki.tile import Axis, Tile
+from trnsim.nki.trace import Trace, tracing
+
+VIEWS = ("reshape", "permute", "expand", "slice")
+LEAVES = ("scalar", "full", "arange")
+
+
+@dataclass
+class KernelCall:
+    """One kernel of the lowered model: for reports and errors."""
+
+    label: str  # "k.matmul:matmul_5", the instructions' label
+    op: str
+    node: str
+    source: str | None
+    flops: int = 0
+
+
+@dataclass
+class Lowered:
+    program: Program
+    inputs: list[str]  # HBM tensor names of the graph inputs, in call order
+    outputs: list[str]  # HBM tensor names of the graph outputs, in order
+    kernels: list[KernelCall] = field(default_factory=list)
+
+
+def lower(graph: Graph, core, *, name: str | None = None) -> Lowered:
+    """Trace every kernel of `graph` into one program for NeuronCore `core`."""
+    return _Lowering(graph, core, name or graph.name).run()
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, core, name: str) -> None:
+        self.graph = graph
+        self.trace = Trace(name, core)
+        self.env: dict[int, Tile] = {}
+        self.kn_weights: dict[int, Tile] = {}
+        self.calls: list[KernelCall] = []
+        self.output_ids = {id(n) for n in graph.outputs}
+        self.users = graph.users()
+        self.templates: dict = {}  # kernel-call signature -> (first instruction, end, tensor names)
+        self.write_through: dict[int, Tile] = {}  # copy-view node id -> buffer its producer filled
+
+    def run(self) -> Lowered:
+        with tracing(self.trace):
+            for node in self.graph.nodes:
+                if node.op == "input":
+                    self.env[id(node)] = self.trace.hbm_tensor(node.name, node.shape, node.dtype,
+                                                               kind="input")
+                elif node.op in ("constant", *LEAVES):
+                    continue  # materialised on first use (weights may need a layout first)
+                elif node.op in VIEWS:
+                    self.env[id(node)] = self._view(node)
+                elif node.op in KERNELS:
+                    self._kernel(node)
+                else:
+                    raise IRError(f"{node!r}: {node.op} is not kernel level; run the pass pipeline")
+            outputs = [self._output(n, i) for i, n in enumerate(self.graph.outputs)]
+            self.trace.flush()
+        inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
+        return Lowered(self.trace.builder.program, inputs, outputs, self.calls)
+
+    # --- operands -------------------------------------------------------------------------
+    def tile(self, node: Node) -> Tile:
+        found = self.env.get(id(node))
+        if found is None:
+            found = self.env[id(node)] = self._leaf(node)
+        return found
+
+    def _leaf(self, node: Node) -> Tile:
+        if node.op != "constant" and node.op not in LEAVES:
+            raise IRError(f"{node!r} ({node.op}) is used before it is computed")
+        return self.trace.hbm_tensor(node.name, node.shape or (1,), node.dtype, kind="constant",
+                                     data=_Lazy(self.graph, node, False))
+
+    def weight_kn(self, node: Node) -> Tile:
+        """A [.., n, k] weight stored transposed ([.., k, n]) once, at load time."""
+        found = self.kn_weights.get(id(node))
+        if found is None:
+            shape = (*node.shape[:-2], node.shape[-1], node.shape[-2])
+            found = self.kn_weights[id(node)] = self.trace.hbm_tensor(
+                f"{node.name}{KN_SUFFIX}", shape, node.dtype, kind="constant",
+                data=_Lazy(self.graph, node, True))
+        return found
+
+    def _view(self, node: Node) -> Tile:
+        if id(node) in self.write_through:
+            return self.write_through[id(node)]
+        if node.attrs.get("fold", "copy") == "copy":
+            out = self._result(node)
+            self._call(node, kernels.copy, out, self._logical_view(node))
+            return out
+        return self._strided(node)
+
+    def _logical_view(self, node: Node) -> Tile:
+        """The view applied to its input's tile (a reshape copies in row-major element order)."""
+        src = self.tile(node.inputs[0])
+        a = node.attrs
+        if node.op == "reshape":
+            return src
+        if node.op == "permute":
+            axes = tuple(src._axes[d] for d in a["dims"])
+        elif node.op == "slice":
+            key = [slice(None)] * len(src._axes)
+            key[a["axis"]] = slice(a["start"], a["end"], a["step"])
+            return src[tuple(key)]
+        else:  # expand: new leading axes and size-1 axes broadcast with stride 0
+            lead = len(node.shape) - len(src._axes)
+            axes = tuple(Axis(n, 0, 0) for n in node.shape[:lead]) + tuple(
+                Axis(n, 0, 0) if axis.size == 1 and n != 1 else axis
+                for axis, n in zip(src._axes, node.shape[lead:], strict=True))
+        return Tile(self.trace, src._storage, axes, src.dtype_spec, src._poffset, src._foffset,
+                    name=src.name)
+
+    def _strided(self, node: Node) -> Tile:
+        """The view as a strided access of its root buffer (node.attrs['access'])."""
+        root = node
+        while root.op in VIEWS and root.attrs.get("fold", "copy") != "copy":
+            root = root.inputs[0]
+        base = self.tile(root)
+        offset, dims = node.attrs["access"]
+        axes = tuple(Axis(int(size), 0, int(stride)) for stride, size in dims)
+        if tuple(a.size for a in axes) != node.shape:
+            axes = _reshape_axes(axes, node.shape)
+        return Tile(self.trace, base._storage, axes, base.dtype_spec, 0, base._foffset + int(offset),
+                    name=base.name)
+
+    # --- kernels ---------------------------------------------------------------------------
+    def _result(self, node: Node) -> Tile:
+        kind = "output" if id(node) in self.output_ids else "internal"
+        return self.trace.hbm_tensor(node.name, node.shape or (1,), node.dtype, kind=kind)
+
+    def _kernel(self, node: Node) -> None:
+        out = self._permuted_result(node) or self._result(node)
+        self.env[id(node)] = out
+        op, a = node.op, node.attrs
+        ins = list(node.inputs)
+        if op == "k.matmul":
+            first = 3 if a["bias"] else 2
+            b_node, transpose_b = ins[1], a["transpose_b"]
+            if a.get("weight_layout") == "kn" and transpose_b and b_node.op == "constant":
+                b, transpose_b = self.weight_kn(b_node), False
+            else:
+                b = self.tile(b_node)
+            self._call(node, kernels.matmul, out, self.tile(ins[0]), b,
+                       bias=self.tile(ins[2]) if a["bias"] else None,
+                       extras=[self.tile(n) for n in ins[first:]], transpose_a=a["transpose_a"],
+                       transpose_b=transpose_b, compute_dtype=a["compute_dtype"],
+                       stationary=a["stationary"], epilogue=self._epilogue(a, first))
+        elif op == "k.conv2d":
+            first = 3 if a["bias"] else 2
+            self._call(node, kernels.conv2d, out, self.tile(ins[0]), self.tile(ins[1]),
+                       bias=self.tile(ins[2]) if a["bias"] else None,
+                       extras=[self.tile(n) for n in ins[first:]], stride=tuple(a["stride"]),
+                       padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
+                       groups=a["groups"], compute_dtype=a["compute_dtype"],
+                       epilogue=self._epilogue(a, first))
+        elif op == "k.attention":
+            mask = self.tile(ins[3]) if len(ins) > 3 else None
+            self._call(node, kernels.attention, out, *(self.tile(n) for n in ins[:3]),
+                       scale=a["scale"], mask=mask, mask_kind=a["mask_kind"],
+                       k_transposed=a["k_transposed"], compute_dtype=a["compute_dtype"])
+        elif op == "k.softmax":
+            mask = self.tile(ins[1]) if len(ins) > 1 else None
+            self._call(node, kernels.softmax, out, self.tile(ins[0]), axis=a["axis"],
+                       scale=a["scale"], log=a["log"], mask=mask)
+        elif op == "k.norm":
+            rest = iter(ins[1:])
+            residual = self.tile(next(rest)) if a["residual"] else None
+            weight = self.tile(next(rest)) if a["weight"] else None
+            bias = self.tile(next(rest)) if a["bias"] else None
+            self._call(node, kernels.norm, out, self.tile(ins[0]), kind=a["kind"],
+                       normalized=a["normalized"], eps=a["eps"], residual=residual,
+                       weight=weight, bias=bias)
+        elif op == "k.elementwise":
+            self._call(node, kernels.elementwise, out, [self.tile(n) for n in ins],
+                       program=to_callable(a["program"], has_acc=False))
+        elif op == "k.reduce":
+            prologue = to_callable(a["prologue"], has_acc=False) if a["prologue"] else None
+            self._call(node, kernels.reduce, out, self.tile(ins[0]), op=a["op"],
+                       axes=tuple(a["axes"]), keepdim=a["keepdim"],
+                       correction=a.get("correction"), prologue=prologue)
+        elif op == "k.gather" and (view := self._constant_index_view(node)) is not None:
+            self.env[id(node)] = view  # indices known at compile time and affine: a free view
+        elif op == "k.gather":
+            self._call(node, kernels.gather, out, self.tile(ins[0]), *(self.tile(n) for n in ins[1:]),
+                       kind=a["kind"], axis=a.get("axis", 0), dims=tuple(a.get("dims", ())))
+        elif op == "k.pool2d":
+            keys = ("kind", "kernel", "stride", "padding", "dilation", "ceil_mode",
+                    "count_include_pad", "divisor_override", "output_size")
+            self._call(node, kernels.pool2d, out, self.tile(ins[0]),
+                       **{k: a[k] for k in keys if k in a})
+        elif op == "k.cumsum":
+            self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
+        elif op == "k.concat":
+            self._call(node, kernels.concat, out, [self.tile(n) for n in ins], axis=a["axis"])
+        elif op == "k.pad":
+            self._call(node, kernels.pad, out, self.tile(ins[0]), pads=tuple(map(tuple, a["pads"])),
+                       value=a["value"])
+        else:
+            raise UnsupportedError(f"{node!r}: no kernel for {op}")
+
+    def _constant_index_view(self, node: Node) -> Tile | None:
+        """Advanced indexing by constant index tensors that walk the table affinely (masks built
+        with arange indices, e.g. BERT's mask[b_idx[:, None, None, None], k_idx]) is a view."""
+        a = node.attrs
+        if a["kind"] != "index" or not all(n.op in ("constant", *LEAVES) for n in node.inputs[1:]):
+            return None
+        table = node.inputs[0]
+        indices = [np.asarray(leaf_data(self.graph, n)).reshape(n.shape) for n in node.inputs[1:]]
+        if any(i.dtype == bool for i in indices):
+            return None
+        positions = np.arange(int(np.prod(table.shape)), dtype=np.int64).reshape(table.shape)
+        key: list = [slice(None)] * table.rank
+        for d, index in zip(a["dims"], indices, strict=True):
+            key[d] = index.astype(np.int64)
+        try:
+            offsets = positions[tuple(key)]
+        except IndexError:
+            return None
+        if offsets.shape != node.shape:
+            return None
+        strides = []
+        for axis in range(offsets.ndim):
+            step = [0] * offsets.ndim
+            if offsets.shape[axis] > 1:
+                step[axis] = 1
+                strides.append(int(offsets[tuple(step)] - offsets.flat[0]))
+            else:
+                strides.append(0)
+        grid = np.indices(offsets.shape, dtype=np.int64)
+        affine = offsets.flat[0] + sum(g * st for g, st in zip(grid, strides, strict=True))
+        if not np.array_equal(affine, offsets):
+            return None
+        base = self.tile(table)
+        if not _is_whole(base):
+            return None
+        axes = tuple(Axis(n, 0, st) for n, st in zip(node.shape, strides, strict=True))
+        return Tile(self.trace, base._storage, axes, base.dtype_spec, 0,
+                    base._foffset + int(offsets.flat[0]), name=base.name)
+
+    def _permuted_result(self, node: Node) -> Tile | None:
+        """Write a kernel's result straight in the layout a permute -> reshape(copy) chain wants.
+
+        Attention's merge-heads ([B, H, S, D] -> permute -> [B*S, H*D]) would otherwise cost a
+        full extra read and write of the activations; the kernel instead writes its [B, H, S, D]
+        result as a strided view of the [B, S, H, D] buffer, and both views become free.
+        """
+        if id(node) in self.output_ids or len(self.users.get(node, [])) != 1:
+            return None
+        permute = self.users[node][0]
+        if permute.op != "permute" or id(permute) in self.output_ids \
+                or len(self.users.get(permute, [])) != 1:
+            return None
+        reshape = self.users[permute][0]
+        if reshape.op != "reshape" or reshape.attrs.get("fold") != "copy":
+            return None
+        buffer = self._result(reshape)
+        dims = permute.attrs["dims"]
+        dense, step = [0] * len(permute.shape), 1
+        for i in range(len(permute.shape) - 1, -1, -1):
+            dense[i] = step
+            step *= permute.shape[i]
+        strides = [0] * len(dims)
+        for i, d in enumerate(dims):  # permute axis i is node axis d
+            strides[d] = dense[i]
+        self.write_through[id(reshape)] = buffer
+        axes = tuple(Axis(n, 0, st) for n, st in zip(node.shape, strides, strict=True))
+        return Tile(self.trace, buffer._storage, axes, buffer.dtype_spec, name=buffer.name)
+
+    def _epilogue(self, attrs: dict, first: int):
+        program = tuple(attrs.get("epilogue") or ())
+        return to_callable(program, has_acc=True, first_operand=first) if program else None
+
+    def _call(self, node: Node, fn, *args, **kwargs) -> None:
+        """Trace one kernel call, or replay an identical earlier one (the 24 layers of BERT-large
+        emit the same instructions but for which HBM tensors they touch)."""
+        label = f"{node.op}:{node.name}"
+        trace = self.trace
+        trace.flush()
+        program = trace.builder.program
+        start = len(program.instructions)
+        names: list[str] = []
+        key = (node.op, _attrs_key(node.attrs), _args_key(fn, args, kwargs, names))
+        template = self.templates.get(key)
+        if template is not None:
+            first, end, template_names = template
+            rename = dict(zip(template_names, names, strict=True))
+            program.instructions.extend(_retarget(ins, rename, label, node.source)
+                                        for ins in program.instructions[first:end])
+        else:
+            trace.label, trace.source = label, node.source
+            try:
+                fn(*args, **kwargs)
+                trace.flush()
+            except TrnsimError as error:
+                raise error.at(node.source) from None
+            finally:
+                trace.label = trace.source = None
+            self.templates[key] = (start, len(program.instructions), names)
+        flops = sum(i.flops() for i in program.instructions[start:])
+        self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+
+    def _output(self, node: Node, index: int) -> str:
+        tile = self.tile(node) if node.op not in VIEWS else self.env[id(node)]
+        storage = tile._storage
+        if storage.buffer == "shared_hbm" and not storage.is_input and _is_whole(tile) \
+                and self.trace.builder.program.tensors[storage.name].kind == "output":
+            return storage.name
+        out = self.trace.hbm_tensor(f"output{index}", node.shape or (1,), node.dtype, kind="output")
+        self._call(node, kernels.copy, out, tile)
+        return out._storage.name
+
+
+KN_SUFFIX = "_kn"
+
+
+def _attrs_key(attrs: dict) -> str:
+    """Node attributes that shape a kernel's instructions (not its neighbours' names)."""
+    return repr(sorted((k, v) for k, v in attrs.items() if k not in ("prefetch", "access")))
+
+
+def _tile_key(tile: Tile, names: list[str]) -> tuple:
+    storage = tile._storage
+    name = storage.name
+    if name not in names:
+        names.append(name)
+    return (names.index(name), storage.memory.value, storage.buffer, tile.dtype_spec.name,
+            tuple((a.size, a.pstep, a.fstep) for a in tile._axes), tile._poffset, tile._foffset)
+
+
+def _args_key(fn, args, kwargs, names: list[str]) -> tuple:
+    """A hashable description of a kernel call's arguments; HBM tensors by position in `names`
+    (so calls that differ only in which tensors they read and write share one key)."""
+    def describe(value):
+        if isinstance(value, Tile):
+            return _tile_key(value, names)
+        if isinstance(value, (list, tuple)):
+            return tuple(describe(v) for v in value)
+        if callable(value):
+            return "callable"  # epilogues and programs follow from the node's attributes
+        return value
+
+    return (fn.__module__, fn.__name__, describe(args),
+            tuple((k, describe(v)) for k, v in sorted(kwargs.items())))
+
+
+def _retarget(ins, rename: dict[str, str], label: str, source: str | None):
+    """A copy of a template instruction touching this call's HBM tensors."""
+    from trnsim.isa import AccessPattern, Memory
+
+    def swap(value):
+        if isinstance(value, AccessPattern):
+            if value.memory is Memory.HBM and value.tensor in rename:
+                return dataclasses.replace(value, tensor=rename[value.tensor])
+            return value
+        if isinstance(value, tuple):
+            return tuple(swap(v) for v in value)
+        return value
+
+    changes = {f.name: swap(getattr(ins, f.name)) for f in dataclasses.fields(ins)
+               if f.name not in ("source", "label", "engine")}
+    return dataclasses.replace(ins, source=source, label=label, **changes)
+
+
+def leaf_data(graph: Graph, node: Node, *, kn: bool = False) -> np.ndarray:
+    """The HBM contents of a constant or leaf node (weights transposed for kn layout)."""
+    data = graph.constant(node).value() if node.op == "constant" else EVAL[node.op](node, [], graph)
+    if kn:
+        data = np.swapaxes(data, -1, -2)  # a view: the simulator copies it into HBM anyway
+    return data if data.shape else np.asarray(data).reshape(1)
+
+
+class _Lazy:
+    """A constant's data, computed on first use and kept (timing-only runs never compute it)."""
+
+    def __init__(self, graph: Graph, node: Node, kn: bool) -> None:
+        self._args = (graph, node, kn)
+        self._value: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self._value is None:
+            graph, node, kn = self._args
+            self._value = leaf_data(graph, node, kn=kn)
+            self._args = None
+        return self._value
+
+
+def constant_data(graph: Graph, names: list[str]) -> dict[str, np.ndarray]:
+    """Rebuild a lowered program's constant tensors by name from a (live) graph."""
+    by_name = {n.name: n for n in graph.nodes}
+    out = {}
+    for name in names:
+        node, kn = by_name.get(name), False
+        if node is None and name.endswith(KN_SUFFIX):
+            node, kn = by_name.get(name[:-len(KN_SUFFIX)]), True
+        if node is None or (node.op != "constant" and node.op not in LEAVES):
+            raise IRError(f"constant tensor {name!r} has no node in this graph")
+        out[name] = leaf_data(graph, node, kn=kn)
+    return out
+
+
+def _is_whole(tile: Tile) -> bool:
+    """The view covers its tensor densely, in order, from the start."""
+    step, dense = 1, True
+    for axis in reversed(tile._axes):
+        if axis.size != 1 and axis.fstep != step:
+            dense = False
+        step *= axis.size
+    return dense and tile._foffset == 0
+
+
+def _reshape_axes(axes: tuple[Axis, ...], shape: tuple[int, ...]) -> tuple[Axis, ...]:
+    """Re-express a dense pattern in the node's shape (access lists may merge dims)."""
+    step = axes[-1].fstep if axes else 1
+    if any(a.fstep != step * int(np.prod([b.size for b in axes[i + 1:]], dtype=np.int64))
+           for i, a in enumerate(axes) if a.size != 1):
+        raise IRError(f"view access {[(a.fstep, a.size) for a in axes]} cannot take shape {shape}")
+    out, stride = [], step
+    for size in reversed(shape):
+        out.append(Axis(size, 0, stride))
+        stride *= size
+    return tuple(reversed(out))

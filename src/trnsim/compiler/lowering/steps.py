@@ -1,0 +1,97 @@
+"""Fused step programs (epilogues, element-wise chains, reduce prologues) as NKI tile code.
+
+A `Program` from `trnsim.compiler.fused` reads ``acc`` (a kernel's accumulator block), ``in<k>``
+(the block of operand k) and ``s<j>`` (earlier steps). `to_callable` turns it into the function
+the kernel library calls on on-chip tiles; each step becomes one ScalarE activation or VectorE
+op. Intermediates stay fp32 (the engines' precision); only the kernel's final store rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trnsim.compiler.errors import IRError
+from trnsim.compiler.fused import Program, Step
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+
+_ACTIVATIONS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal":
+                "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "erf": "erf",
+                "sin": "sin", "cos": "cos", "abs": "abs", "sign": "sign", "relu": "relu",
+                "floor": "floor", "ceil": "ceil"}
+_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "pow",
+           "maximum": "max", "minimum": "min", "remainder": "mod", "bitwise_and": "bitwise_and",
+           "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "eq": "equal",
+           "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+           "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
+           "logical_xor": "logical_xor"}
+
+
+def _dtype(step: Step) -> str:
+    return "float32" if step.dtype.startswith(("float", "bfloat", "tfloat")) else step.dtype
+
+
+def _step(step: Step, args: list[Any]) -> Tile | float:
+    from trnsim.nki.language import elementwise as ew
+
+    op, dt = step.op, _dtype(step)
+    if op in _ACTIVATIONS:
+        return ew.activation(_ACTIVATIONS[op], args[0], dtype=dt)
+    if op == "gelu":
+        kind = "gelu_apprx_tanh" if step.attr("approximate", "none") == "tanh" else "gelu"
+        return ew.activation(kind, args[0], dtype=dt)
+    if op == "neg":
+        return ew.binary("multiply", args[0], -1.0, dtype=dt)
+    if op == "round":  # ASSUMPTION: half away from zero via floor(x + 0.5); ties differ from RNE
+        return ew.activation("floor", ew.binary("add", args[0], 0.5, dtype="float32"), dtype=dt)
+    if op == "clamp":
+        value = args[0]
+        if step.attr("min") is not None:
+            value = ew.binary("max", value, float(step.attr("min")), dtype=dt)
+        if step.attr("max") is not None:
+            value = ew.binary("min", value, float(step.attr("max")), dtype=dt)
+        return value
+    if op == "cast":
+        return nl.copy(args[0], dtype=step.dtype) if isinstance(args[0], Tile) else args[0]
+    if op == "logical_not":
+        return ew.binary("equal", args[0], 0.0, dtype="bool_")
+    if op == "where":
+        return nl.where(args[0], args[1], args[2], dtype=dt)
+    if op in _BINARY:
+        name = _BINARY[op]
+        if op == "div" and not step.attr("true_div", True):
+            raise IRError("integer floor division in an element-wise program is not supported")
+        return ew.binary(name, args[0], args[1], dtype=dt)
+    raise IRError(f"element-wise op {op!r} has no NKI lowering")
+
+
+def to_callable(program: Program, *, has_acc: bool, first_operand: int = 0) -> Callable[..., Tile]:
+    """fn(acc, blocks) for epilogues (has_acc) or fn(blocks) for programs and prologues.
+
+    `blocks[i]` is operand ``in<first_operand + i>`` of the node (a matmul's extras start after
+    its a, b and bias)."""
+    steps = tuple(program)
+
+    def run(*call_args) -> Tile:
+        acc, blocks = (call_args[0], call_args[1]) if has_acc else (None, call_args[0])
+        operands = {first_operand + i: block for i, block in enumerate(blocks)}
+        results: list[Any] = []
+        for step in steps:
+            args = [_resolve(a, acc, operands, results) for a in step.args]
+            results.append(_step(step, args))
+        if not results:
+            return acc
+        return results[-1]
+
+    return run
+
+
+def _resolve(arg: Any, acc: Tile | None, operands: dict[int, Tile], results: list[Any]) -> Any:
+    if isinstance(arg, str):
+        if arg == "acc":
+            return acc
+        if arg.startswith("in"):
+            return operands[int(arg[2:])]
+        return results[int(arg[1:])]
+    return float(arg)

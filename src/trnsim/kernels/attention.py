@@ -1,0 +1,365 @@
+"""k.attention: out = softmax(q k^T * scale + mask) v, fused on chip (scores never reach HBM).
+
+Layout (per batch item, the last batch axis read as heads, everything for 128 queries at a time):
+
+- Q and K arrive as rows [s, heads, d] (one DMA for all heads: a row of all heads is usually one
+  contiguous run, e.g. a slice of a fused QKV projection) and go through TensorE transposes to
+  d-major: for d = 64, one 128x128 transpose turns two heads, whose d rows then sit on partitions
+  0-63 and 64-127 (``heads_per_pack``); the score matmul of each head contracts over its own
+  partition range (allowed starts 0/64 on NeuronCore-v2).
+- scores[q, k] = Q^T[d, q]^T @ K^T[d, k] into PSUM; `group` heads share one bank (4 for s=128).
+- softmax along the free axis: one VectorE max per head, ScalarE exp(scale * s - scale * max)
+  with the row sum accumulated by the same instruction, one reciprocal per group. With a mask,
+  one VectorE pass computes ``scale * s + mask_bias`` into SBUF first (mask_bias: 0 / -1e30 for
+  bool and causal masks, the additive mask clamped at -1e30 otherwise); rows with nothing kept
+  output 0, as the reference does.
+- P (unnormalised, compute dtype) is transposed on TensorE, 128 keys at a time, four per PSUM
+  bank, and O = P^T[k, q]^T @ V[k, dv] accumulates over key tiles; the 1/sum scaling is applied
+  when O leaves PSUM (one pass), and all heads of the 128 queries are stored with one DMA.
+- Buffers allocated inside loop iterations rotate (trace ring allocator): the next batch item's
+  K/V loads and transposes overlap this one's softmax.
+
+Limits: d <= 128 and sk <= 2048 (scores for a query tile stay in PSUM; a longer sequence needs
+an online-softmax variant, not implemented).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, UnsupportedError
+from trnsim.kernels.layout import (
+    BANK_FP32,
+    Evictor,
+    P,
+    broadcast_to_shape,
+    ceil_div,
+    hbm_strides,
+    hbm_view,
+    kernel_scope,
+    tiles,
+)
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+
+NEG = -1.0e30  # the additive value of a masked-out score
+MAX_KEYS = 4 * BANK_FP32  # scores of one head for 128 queries must fit in 4 PSUM banks
+MASK_KINDS = ("none", "causal", "bias", "bool")
+
+
+def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile | None = None,
+              mask_kind: str = "none", k_transposed: bool = False,
+              compute_dtype="bfloat16") -> None:
+    """See the module docstring and the contract in `trnsim.kernels`."""
+    batch = tuple(out.shape[:-2])
+    sq, dv = out.shape[-2:]
+    d = q.shape[-1]
+    sk = k.shape[-1] if k_transposed else k.shape[-2]
+    kd = k.shape[-2] if k_transposed else k.shape[-1]
+    if q.shape[-2] != sq or kd != d or v.shape[-2:] != (sk, dv):
+        raise InvalidArgumentError(f"attention shapes do not agree: q {list(q.shape)}, k "
+                                   f"{list(k.shape)} (transposed {k_transposed}), v "
+                                   f"{list(v.shape)}, out {list(out.shape)}")
+    if mask_kind not in MASK_KINDS:
+        raise InvalidArgumentError(f"attention mask_kind {mask_kind!r} not in {MASK_KINDS}")
+    if (mask is not None) != (mask_kind in ("bias", "bool")):
+        raise InvalidArgumentError(f"attention mask_kind {mask_kind!r} with mask "
+                                   f"{'given' if mask is not None else 'missing'}")
+    if d > P:
+        raise UnsupportedError(f"attention with head dim {d} > 128 (scores would need several "
+                               f"contraction tiles) is not implemented")
+    if sk > MAX_KEYS:
+        raise UnsupportedError(f"attention over {sk} keys > {MAX_KEYS}: the scores of 128 "
+                               f"queries must fit in PSUM; an online-softmax kernel is needed")
+    with kernel_scope("attention"):
+        heads = batch[-1] if batch else 1
+        outer = batch[:-1] if batch else ()
+        views = _HeadViews(out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed)
+        kernel = _Attention(views, heads, sq, sk, d, dv, float(scale), mask_kind,
+                            compute_dtype, k_transposed)
+        for index in (np.ndindex(*outer) if outer else [()]):
+            kernel.batch_item(tuple(int(i) for i in index))
+
+
+class _HeadViews:
+    """HBM views per outer batch index as [heads, s, x] (x = d, dv, or sk)."""
+
+    def __init__(self, out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed) -> None:
+        def full(t: Tile, tail: tuple[int, ...]) -> Tile:
+            view = broadcast_to_shape(t, (*batch, *tail))
+            if not batch:  # one head: add a head axis of size 1
+                steps = hbm_strides(view)
+                view = hbm_view(view, (1, *tail), (0, *steps))
+            return view
+
+        self.out = full(out, (sq, dv))
+        self.q = full(q, (sq, d))
+        self.k = full(k, (d, sk) if k_transposed else (sk, d))
+        self.v = full(v, (sk, dv))
+        self.mask = full(mask, (sq, sk)) if mask is not None else None
+
+    @staticmethod
+    def at(view: Tile, index: tuple[int, ...]) -> Tile:
+        return view[index] if index else view
+
+    @staticmethod
+    def rows(view3: Tile, s0: int, count: int) -> Tile:
+        """A [heads, s, x] view's rows s0..s0+count as [count, heads, x] (heads inner)."""
+        hs, ss, xs = hbm_strides(view3)
+        heads, _, x = view3.shape
+        return hbm_view(view3, (count, heads, x), (ss, hs, xs), offset=s0 * ss)
+
+
+class _Attention:
+    def __init__(self, views: _HeadViews, heads: int, sq: int, sk: int, d: int, dv: int,
+                 scale: float, mask_kind: str, compute_dtype, k_transposed: bool) -> None:
+        self.views, self.heads, self.sq, self.sk, self.d, self.dv = views, heads, sq, sk, d, dv
+        self.scale, self.mask_kind, self.dtype = scale, mask_kind, compute_dtype
+        self.k_transposed = k_transposed
+        self.evictor = Evictor()
+        self.heads_per_pack = P // d if d in (32, 64) else 1
+        self.packs = ceil_div(heads, self.heads_per_pack)
+        self.key_tiles = tiles(sk, P)
+        self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
+        self.constants = _Constants(compute_dtype) if mask_kind != "none" else None
+
+    # --- per batch item: K^T and V for all heads, then 128 queries at a time ------------------
+    def batch_item(self, index: tuple[int, ...]) -> None:
+        v = self.views
+        with kernel_scope("batch item"):  # freed at the end: the next item's buffers rotate
+            blocks = tiles(self.sq, P)
+            q_rows = nl.ndarray((P, len(blocks), self.heads, self.d), dtype=self.dtype,
+                                buffer=nl.sbuf)
+            for b, (q0, qr) in enumerate(blocks):  # queries first: the first scores need them
+                q_rows[0:qr, b, :, :] = nl.load(_HeadViews.rows(_HeadViews.at(v.q, index), q0,
+                                                                qr))
+            k_t = self._keys_transposed(_HeadViews.at(v.k, index))
+            values = nl.ndarray((P, len(self.key_tiles), self.heads, self.dv), dtype=self.dtype,
+                                buffer=nl.sbuf)
+            for t, (k0, kr) in enumerate(self.key_tiles):
+                values[0:kr, t, :, :] = nl.load(_HeadViews.rows(_HeadViews.at(v.v, index), k0, kr))
+            for b, (q0, qr) in enumerate(blocks):
+                with kernel_scope("query block"):
+                    self._query_block(index, q0, qr, q_rows[:, b, :, :], k_t, values)
+
+    def _transpose_rows(self, dst: Tile, rows: Tile, count: int) -> None:
+        """dst [pack rows, packs, count] = per pack, rows [count, pack heads * d] transposed."""
+        width = self.heads_per_pack * self.d
+        for p0 in range(0, self.packs, 4):
+            n = min(4, self.packs - p0)
+            with kernel_scope("transpose bank"):
+                bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+                for j in range(n):
+                    h0 = (p0 + j) * self.heads_per_pack
+                    hn = min(self.heads_per_pack, self.heads - h0)
+                    bank[0:hn * self.d, j, 0:count] = nisa.nc_transpose(
+                        rows[0:count, h0:h0 + hn, :])
+                self.evictor.copy(dst[0:width, p0:p0 + n, 0:count], bank[0:width, 0:n, 0:count])
+
+    def _keys_transposed(self, k_view: Tile) -> Tile:
+        """K^T for all heads: [pack heads * d (partitions), packs, sk] in the compute dtype."""
+        k_t = nl.ndarray((P, self.packs, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        if self.k_transposed:  # stored [heads, d, sk]: already d-major
+            for h in range(self.heads):
+                p, j = divmod(h, self.heads_per_pack)
+                k_t[j * self.d:(j + 1) * self.d, p, :] = nl.load(k_view[h])
+            return k_t
+        for k0, kr in self.key_tiles:
+            with kernel_scope("key rows"):
+                rows = nl.ndarray((P, self.heads, self.d), dtype=self.dtype, buffer=nl.sbuf)
+                rows[0:kr, :, :] = nl.load(_HeadViews.rows(k_view, k0, kr))
+                self._transpose_rows(k_t[:, :, k0:k0 + kr], rows, kr)
+        return k_t
+
+    # --- 128 queries ---------------------------------------------------------------------------
+    def _query_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
+                     values: Tile) -> None:
+        """Scores, softmax and P @ V for all heads of 128 queries, software-pipelined over head
+        groups: TensorE computes the scores of group i while VectorE finds the row maxima of
+        group i-1, ScalarE exponentiates group i-2 and TensorE transposes and multiplies group
+        i-3."""
+        v = self.views
+        q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
+        self._transpose_rows(q_t, q_rows, qr)
+        mask = self._mask_terms(index, q0, qr)
+        result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
+        groups = tiles(self.heads, self.group)
+        # a group's scores are read two steps after they are written: three PSUM buffers
+        # when they fit (1-2 banks each), else one group at a time (keys over 1024)
+        depth = 3 if ceil_div(self.group * self.sk, BANK_FP32) <= 2 else 1
+        lag = 1 if depth == 3 else 0
+        scores = [psum_tile(self.group, self.sk) for _ in range(depth)]
+        rotating = [_SoftmaxState(self.group, self.sk, self.dtype) for _ in range(3)]
+        # stage k of head group i is emitted at step i + k * lag: engines run in program order,
+        # so each engine's stream interleaves groups and none waits on the engine before it
+        for i in range(len(groups) + 3):
+            if i < len(groups):
+                self._scores(groups[i], qr, q_t, k_t, scores[i % depth], mask)
+            if 0 <= i - lag < len(groups):
+                j = i - lag
+                self._row_max(groups[j][1], qr, scores[j % depth], rotating[j % 3])
+            if 0 <= i - 2 * lag < len(groups):
+                j = i - 2 * lag
+                self._exponentials(groups[j][1], qr, rotating[j % 3])
+            if 0 <= i - 3 * lag < len(groups):
+                j = i - 3 * lag
+                with kernel_scope("weighted values"):
+                    self._weighted_values(*groups[j], qr, rotating[j % 3].probs, values,
+                                          rotating[j % 3].inverse, result)
+        nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+
+    def _scores(self, group: tuple[int, int], qr: int, q_t: Tile, k_t: Tile, scores: Tile,
+                mask: _MaskTerms | None) -> None:
+        """scores[:, g, :] = Q_h K_h^T (+ mask / scale) for the heads of the group (fp32 PSUM).
+
+        The mask is added on TensorE, accumulated into the same PSUM bank: a row shared by all
+        queries as ones[1, q]^T @ row[1, k], a full [q, k] mask as identity^T @ mask. In bf16 as
+        a high and a low part (~16 significant bits); TensorE has the slack, VectorE does not."""
+        h0, hn = group
+        d = self.d
+        for g in range(hn):
+            p, j = divmod(h0 + g, self.heads_per_pack)
+            for c0, cw in tiles(self.sk, BANK_FP32):
+                view = scores[0:qr, g, c0:c0 + cw]
+                view[...] = nisa.nc_matmul(q_t[j * d:(j + 1) * d, p, 0:qr],
+                                           k_t[j * d:(j + 1) * d, p, c0:c0 + cw])
+                if mask is not None:
+                    mask.accumulate(view, h0 + g, c0, cw)
+
+    def _row_max(self, hn: int, qr: int, scores: Tile, state: _SoftmaxState) -> None:
+        """state.row_max = the row maximum of scale * scores (as a maximum or minimum of the
+        unscaled scores); state.neg_max = its negation, the bias of the exponentials."""
+        extreme = np.max if self.scale >= 0 else np.min
+        for g in range(hn):
+            state.row_max[0:qr, g:g + 1] = nisa.tensor_reduce(extreme, scores[0:qr, g, :],
+                                                              axis=(1,), keepdims=True)
+        state.neg_max[0:qr, 0:hn] = nisa.tensor_scalar(state.row_max[0:qr, 0:hn], np.multiply,
+                                                       -self.scale)
+        state.source = scores
+
+    def _exponentials(self, hn: int, qr: int, state: _SoftmaxState) -> None:
+        """probs = exp(act_scale * source + neg_max) (compute dtype) with the row sums
+        accumulated by the same ScalarE instructions; inverse = 1 / sum (0 if nothing kept)."""
+        for g in range(hn):
+            state.probs[0:qr, g, :] = nisa.activation(
+                op=nl.exp, data=state.source[0:qr, g, :], scale=self.scale,
+                bias=state.neg_max[0:qr, g:g + 1], reduce_op=nl.add,
+                reduce_res=state.sums[0:qr, g:g + 1], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        state.inverse[0:qr, 0:hn] = nisa.reciprocal(state.sums[0:qr, 0:hn])
+        if self.mask_kind in ("bias", "bool"):  # rows with every key masked give 0
+            kept = nisa.tensor_scalar(state.neg_max[0:qr, 0:hn], np.less, -NEG / 2,
+                                      dtype=nl.float32)
+            state.inverse[0:qr, 0:hn] = nl.multiply(state.inverse[0:qr, 0:hn], kept)
+
+    def _weighted_values(self, h0: int, hn: int, qr: int, probs: Tile, values: Tile,
+                         inverse: Tile, result: Tile) -> None:
+        """result[:, heads] = (P^T)^T @ V / sum, transposing P on TensorE per 128 keys."""
+        key_tiles = self.key_tiles
+        probs_t = nl.ndarray((P, len(key_tiles), self.group, P), dtype=self.dtype, buffer=nl.sbuf)
+        for t, (k0, kr) in enumerate(key_tiles):
+            for g0, gn in tiles(hn, 4):
+                with kernel_scope("probability transposes"):
+                    bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+                    for j in range(gn):
+                        bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, k0:k0 + kr])
+                    self.evictor.copy(probs_t[0:kr, t, g0:g0 + gn, 0:qr],
+                                      bank[0:kr, 0:gn, 0:qr])
+        acc = psum_tile(self.group, self.dv, zeros=True)
+        for g in range(hn):
+            for t, (_, kr) in enumerate(key_tiles):
+                acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
+                                                  values[0:kr, t, h0 + g, :])
+        result[0:qr, h0:h0 + hn, :] = nisa.tensor_tensor(
+            acc[0:qr, 0:hn, :], inverse.ap([[1, qr], [1, hn], [0, self.dv]]), np.multiply)
+
+    # --- masks ---------------------------------------------------------------------------------
+    def _mask_terms(self, index, q0: int, qr: int) -> _MaskTerms | None:
+        """The mask of 128 queries as what TensorE adds to the scores (mask / scale in bf16
+        parts), or None. Masked-out entries become NEG; a shared row is loaded once."""
+        if self.mask_kind == "none":
+            return None
+        if self.scale == 0:
+            raise UnsupportedError("attention with a mask and scale 0")
+        if self.mask_kind == "causal":
+            i_q, i_k = nl.mgrid[0:P, 0:self.sk]
+            zeros = nl.ndarray((P, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+            zeros[...] = nisa.memset((P, self.sk), 0.0, self.dtype)
+            high = nl.ndarray((P, 1, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+            high[:, 0, :] = nisa.affine_select(q0 + i_q - i_k >= 0, zeros, NEG / self.scale)
+            return _MaskTerms(self.constants, [high], shared_rows=False, per_head=False)
+        view = _HeadViews.at(self.views.mask, index)
+        per_head = hbm_strides(view)[0] != 0
+        shared_rows = hbm_strides(view)[1] == 0
+        heads, rows = (self.heads if per_head else 1), (1 if shared_rows else qr)
+        raw = nl.ndarray((P, heads, self.sk), dtype=nl.float32, buffer=nl.sbuf)
+        raw[0:rows] = nl.load(_HeadViews.rows(view[0:heads], 0 if shared_rows else q0, rows))
+        value = nl.ndarray((P, heads, self.sk), dtype=nl.float32, buffer=nl.sbuf)
+        if self.mask_kind == "bool":  # keep -> 0, drop -> NEG (exact in bf16: one part)
+            value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.not_equal, 0.0, op1=np.subtract,
+                                               operand1=1.0, dtype=nl.float32)
+            high = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+            high[0:rows] = nisa.tensor_scalar(value[0:rows], np.multiply, -NEG / self.scale)
+            return _MaskTerms(self.constants, [high], shared_rows, per_head)
+        value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.maximum, NEG, op1=np.multiply,
+                                           operand1=1.0 / self.scale)
+        high = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        high[0:rows] = nisa.tensor_copy(value[0:rows])
+        low = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        low[0:rows] = nisa.tensor_tensor(value[0:rows], high[0:rows], np.subtract)
+        return _MaskTerms(self.constants, [high, low], shared_rows, per_head)
+
+
+class _Constants:
+    """Stationary operands for adding masks on TensorE: a ones row and an identity."""
+
+    def __init__(self, dtype) -> None:
+        self.ones = nl.ndarray((1, P), dtype=dtype, buffer=nl.sbuf)
+        self.ones[...] = nisa.memset((1, P), 1.0, dtype)
+        ones = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
+        ones[...] = nisa.memset((P, P), 1.0, dtype)
+        i_p, i_f = nl.mgrid[0:P, 0:P]
+        self.identity = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
+        self.identity[...] = nisa.affine_select(i_p - i_f == 0, ones, 0.0)
+
+
+class _MaskTerms:
+    """mask / scale as bf16 parts ([rows, heads, sk] tiles) and how to add them to scores."""
+
+    def __init__(self, constants: _Constants, parts: list[Tile], shared_rows: bool,
+                 per_head: bool) -> None:
+        self.constants, self.parts = constants, parts
+        self.shared_rows, self.per_head = shared_rows, per_head
+
+    def accumulate(self, scores: Tile, head: int, c0: int, cw: int) -> None:
+        qr = scores.shape[0]
+        h = head if self.per_head else 0
+        for part in self.parts:
+            if self.shared_rows:
+                scores[...] += nisa.nc_matmul(self.constants.ones[0:1, 0:qr],
+                                              part[0:1, h, c0:c0 + cw])
+            else:
+                scores[...] += nisa.nc_matmul(self.constants.identity[0:qr, 0:qr],
+                                              part[0:qr, h, c0:c0 + cw])
+
+
+class _SoftmaxState:
+    """The SBUF buffers one head group's softmax passes between its pipeline stages."""
+
+    def __init__(self, group: int, sk: int, dtype) -> None:
+        self.row_max = nl.ndarray((P, group), dtype=nl.float32, buffer=nl.sbuf)
+        self.neg_max = nl.ndarray((P, group), dtype=nl.float32, buffer=nl.sbuf)
+        self.sums = nl.ndarray((P, group), dtype=nl.float32, buffer=nl.sbuf)
+        self.inverse = nl.ndarray((P, group), dtype=nl.float32, buffer=nl.sbuf)
+        self.probs = nl.ndarray((P, group, sk), dtype=dtype, buffer=nl.sbuf)
+        self.source: Tile | None = None
+
+
+def psum_tile(count: int, width: int, zeros: bool = False) -> Tile:
+    """A [128, count, width] fp32 PSUM view over whole banks (keeps the PSUM ring bank-aligned;
+    width <= 512 never straddles a bank when count * width <= 512). With `zeros`, the first
+    matmul into each part starts a fresh accumulation."""
+    banks = ceil_div(count * width, BANK_FP32)
+    make = nl.zeros if zeros else nl.ndarray
+    tile = make((P, banks * BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+    return tile.ap([[1, P], [width, count], [1, width]])

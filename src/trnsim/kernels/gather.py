@@ -1,0 +1,206 @@
+"""k.gather: rows or elements picked by indices known only at run time.
+
+Rows (embedding, index_select, index on leading dims) use the ISA's indirect DMA (`DmaIndirect`,
+what NKI's ``dma_copy`` with a ``vector_offset`` lowers to): 128 indices are DMAed into an SBUF
+[128, 1] column, then one instruction moves row ``index[p]`` of the table to output row p,
+HBM -> HBM, one descriptor per row. Nothing about the indices is known when the program is built,
+and the timing does not depend on their values.
+
+Elements (torch.gather) along the last axis load each row of x onto a partition and pick with
+GpSimd's per-partition gather (`NGather`, nisa.nc_n_gather); other axes are first read through
+a view that makes the gathered axis the last (strided DMA).
+
+Indices must be an integer dtype the core supports (int32/uint32/... on NeuronCore-v2, which has
+no int64: the compiler narrows torch's int64 indices). Boolean masks (data-dependent shapes) are
+not supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, UnsupportedError
+from trnsim.isa import DmaIndirect, Memory, NGather
+from trnsim.kernels.layout import (
+    P,
+    ceil_div,
+    hbm_strides,
+    hbm_view,
+    kernel_scope,
+    merged,
+    numel,
+    row_problems,
+    tiles,
+)
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+from trnsim.nki.trace import current_trace
+
+KINDS = ("embedding", "gather", "index", "index_select")
+MAX_FREE_SIZE = 65535  # an access pattern dimension's size is a uint16
+
+
+def gather(out: Tile, table: Tile, *indices: Tile, kind: str, axis: int = 0,
+           dims: Sequence[int] = ()) -> None:
+    """See the module docstring and the contract in `trnsim.kernels`."""
+    if kind not in KINDS:
+        raise InvalidArgumentError(f"gather kind {kind!r} not in {KINDS}")
+    if not indices:
+        raise InvalidArgumentError("gather needs an index tensor")
+    if any(not _is_int(i) for i in indices):
+        raise UnsupportedError(f"gather with {[i.dtype_spec.name for i in indices]} indices: only "
+                               f"integer index tensors (boolean masks give data-dependent shapes)")
+    with kernel_scope(f"gather {kind}"):
+        if kind == "embedding":
+            _rows(out, table, indices[0], 0)
+        elif kind == "index_select":
+            _rows(out, table, indices[0], axis % table.ndim)
+        elif kind == "gather":
+            _elements(out, table, indices[0], axis % table.ndim)
+        else:
+            _index(out, table, indices, tuple(d % table.ndim for d in dims))
+
+
+def _is_int(tile: Tile) -> bool:
+    dt = tile.dtype_spec
+    return dt.is_int and dt.name != "bool_"
+
+
+def _rows(out: Tile, table: Tile, index: Tile, axis: int) -> None:
+    """out = take(table, index.ravel(), axis): for each leading index of table before `axis`,
+    rows of the trailing block are gathered by indirect DMA."""
+    lead = table.shape[:axis]
+    row_shape = table.shape[axis + 1:]
+    count = numel(index.shape)
+    width = numel(row_shape)
+    flat_index = merged(index, 0) if index.ndim else hbm_view(index, (1, 1), (0, 1))
+    if flat_index is None or hbm_strides(flat_index)[1] not in (0, 1):
+        raise InvalidArgumentError("gather: the index tensor must be dense")
+    # out viewed as [*lead, count, width]
+    out_view = hbm_view(out, (*lead, count, width), _dense_strides((*lead, count, width)))
+    step = hbm_strides(table)[axis]
+    row = merged(hbm_view(table, (1, *row_shape), (0, *hbm_strides(table)[axis + 1:])), 1) \
+        if row_shape else hbm_view(table, (1, 1), (0, 1))
+    if row is None or (width > 1 and hbm_strides(row)[1] != 1):
+        raise UnsupportedError("gather: table rows must be contiguous")
+    for i0, ir in tiles(count, P):
+        with kernel_scope("index block"):
+            ids = nl.ndarray((P, 1), dtype=index.dtype, buffer=nl.sbuf)
+            ids[0:ir, :] = nl.load(hbm_view(flat_index, (ir, 1), (1, 1), offset=i0))
+            for key in (np.ndindex(*lead) if lead else [()]):
+                offset = sum(int(k) * s for k, s in zip(key, hbm_strides(table), strict=False))
+                src = hbm_view(table, (ir, width), (0, 1), offset=offset)
+                dst = out_view[tuple(int(k) for k in key)][i0:i0 + ir, :] if key else \
+                    out_view[i0:i0 + ir, :]
+                _indirect(dst, src, ids[0:ir, :], table, step)
+
+
+def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
+    """dst[p, :] = table elements src_offset + ids[p] * step + (0..width-1)."""
+    trace = current_trace()
+    trace.flush()
+    decl = trace.builder.program.tensors[table._storage.name]
+    from trnsim.isa import AccessPattern
+
+    dtype = table.dtype_spec
+    total = decl.nbytes // dtype.itemsize
+    run = _largest_divisor(total, MAX_FREE_SIZE)
+    # the whole table, as [total / run rows, run]: one free dim of `total` elements would break
+    # the 65535 free-size limit of an access pattern for any table over 64K elements
+    extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=total // run,
+                           partition_step=run, dims=((1, run),), tensor=decl.name)
+    trace.emit_now(DmaIndirect, dst=dst.access(), src=src.access(), index=ids.access(),
+                   indexed="src", row_step=int(step), extent=extent)
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    for d in range(min(n, limit), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _elements(out: Tile, x: Tile, index: Tile, axis: int) -> None:
+    """out = take_along_axis(x, index, axis): rows of x on partitions, NGather along the row."""
+    rank = x.ndim
+    order = [i for i in range(rank) if i != axis] + [axis]
+
+    def moved(t: Tile) -> Tile:
+        st = hbm_strides(t)
+        return hbm_view(t, [t.shape[i] for i in order], [st[i] for i in order])
+
+    xs, ids, os_ = moved(x), moved(index), moved(out)
+    lead = xs.shape[:-1]
+    if tuple(ids.shape[:-1]) != tuple(lead):
+        raise UnsupportedError(f"gather: index {list(index.shape)} must match x "
+                               f"{list(x.shape)} outside axis {axis} (no partial index ranges)")
+    length, picks = xs.shape[-1], ids.shape[-1]
+    for x2, i2, o2 in row_problems([xs, ids, os_], rank - 1):
+        _element_rows(out, x2, i2, o2, length, picks)
+
+
+def _element_rows(out: Tile, x2: Tile, i2: Tile, o2: Tile, length: int, picks: int) -> None:
+    rows = x2.shape[0]
+    for t in nl.affine_range(ceil_div(rows, P)):
+        r0, rr = t * P, min(P, rows - t * P)
+        data = nl.ndarray((P, length), dtype=x2.dtype, buffer=nl.sbuf)
+        data[0:rr] = nl.load(x2[r0:r0 + rr, :])
+        where = nl.ndarray((P, picks), dtype=nl.uint32, buffer=nl.sbuf)
+        where[0:rr] = nl.load(i2[r0:r0 + rr, :])
+        picked = nl.ndarray((P, picks), dtype=x2.dtype, buffer=nl.sbuf)
+        trace = current_trace()
+        trace.flush()
+        trace.emit_now(NGather, dst=picked[0:rr].access(), src=data[0:rr].access(),
+                       indices=where[0:rr].access())
+        stage = nl.ndarray((P, picks), dtype=out.dtype, buffer=nl.sbuf)
+        stage[0:rr] = nl.copy(picked[0:rr], dtype=out.dtype)
+        nl.store(o2[r0:r0 + rr, :], value=stage[0:rr])
+
+
+def _index(out: Tile, x: Tile, indices: Sequence[Tile], dims: tuple[int, ...]) -> None:
+    """x[..., i0, i1, ...] with integer index tensors on `dims` (numpy advanced indexing):
+    one index tensor is an index_select; several on adjacent leading dims become one flat row
+    index (sum of index * stride, exact in fp32 below 2^24) for an indirect DMA."""
+    if len(indices) == 1:
+        d = dims[0]
+        shape = indices[0].shape
+        # numpy puts the index's shape in place of dim d
+        flat_out = hbm_view(out, (*x.shape[:d], numel(shape), *x.shape[d + 1:]),
+                            _dense_strides((*x.shape[:d], numel(shape), *x.shape[d + 1:])))
+        _rows(flat_out, x, indices[0], d)
+        return
+    if tuple(dims) != tuple(range(len(dims))):
+        raise UnsupportedError(f"gather kind 'index' on dims {dims}: several index tensors are "
+                               f"supported on the leading dims only")
+    shape = indices[0].shape
+    if any(tuple(i.shape) != tuple(shape) for i in indices):
+        raise UnsupportedError("gather kind 'index': index tensors must have one shape")
+    count = numel(shape)
+    strides = hbm_strides(x)
+    width = numel(x.shape[len(dims):])
+    out_view = hbm_view(out, (count, width), (width, 1))
+    import numpy as _np
+
+    for i0, ir in tiles(count, P):
+        with kernel_scope("index block"):
+            flat = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for j, (tile, d) in enumerate(zip(indices, dims, strict=True)):
+                part = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+                part[0:ir] = nl.load(hbm_view(merged(tile, 0), (ir, 1), (1, 1), offset=i0))
+                scaled = nl.multiply(part[0:ir], float(strides[d]), dtype=nl.float32)
+                flat[0:ir] = scaled if j == 0 else nl.add(flat[0:ir], scaled)
+            ids = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
+            ids[0:ir] = nl.copy(flat[0:ir], dtype=nl.int32)
+            src = hbm_view(x, (ir, width), (0, 1))
+            _indirect(out_view[i0:i0 + ir, :], src, ids[0:ir], x, 1)
+    del _np

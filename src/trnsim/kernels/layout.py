@@ -1,0 +1,294 @@
+"""Shared tiling, view and data-movement helpers of the kernel library.
+
+Kernels receive HBM `Tile` views in the model's logical (row-major, possibly strided or
+broadcast) layout. These helpers turn them into what the engines want:
+
+- `kernel_scope`: every kernel (and every output block's temporaries) runs in its own trace
+  scope, so its SBUF/PSUM tiles are freed when it returns and the next kernel of a model reuses
+  the space (the ring allocator still places the next kernel's tiles after this one's, so the
+  two can overlap in time).
+- `hbm_strides`, `hbm_view`, `broadcast_to_shape`, `fold_rows`, `merged`: explicit
+  access-pattern views over HBM (a stride of 0 broadcasts) and folding of axes into [rows,
+  columns] when their strides allow.
+- `load_block`: one DMA of a 2-D HBM block into SBUF, broadcasting a stride-0 column on chip (a
+  stride-0 innermost axis would otherwise cost one DMA descriptor per element).
+- `broadcast_row`: a vector on all 128 partitions via one TensorE ones-matmul per 512 columns.
+- `Evictor`: PSUM -> SBUF copies, alternated between ScalarE and VectorE.
+- `problems_2d`, `row_problems`: N-D element-wise work cut into 2-D [rows, columns] problems.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from math import prod
+
+from trnsim.errors import InvalidArgumentError
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+from trnsim.nki.trace import current_trace, user_location
+from trnsim.numerics import dtype as as_dtype
+
+P = 128  # partitions; TensorE contraction tile and stationary free size
+BANK_FP32 = 512  # fp32 elements per partition in one PSUM bank (2 KiB); TensorE moving limit
+# SBUF bytes per partition a kernel plans to hold in operand buffers; the rest (of 176 KiB usable
+# on NeuronCore-v2) is left for staging, evictions and the next kernel's prefetch.
+OPERAND_BUDGET_BYTES = 128 * 1024
+# A DMA moves one descriptor per contiguous run; runs of at least this many bytes per partition
+# keep the engines above ~90% of their rate (hardware.md section 6, fact 7).
+EFFICIENT_RUN_BYTES = 4096
+# Bytes per partition one DMA of a streamed operand moves: big enough to amortise the ~1.3 us
+# start latency (it overlaps the previous transfer on the queue), small enough that TensorE can
+# start on the first piece while the rest is in flight.
+DMA_PIECE_BYTES = 4096
+
+_scope_ids = itertools.count(1 << 30)
+
+
+@contextmanager
+def kernel_scope(name: str) -> Iterator[None]:
+    """Free every on-chip tile allocated inside when the block ends (a kernel, or one output
+    block's temporaries), as a loop iteration's tiles are freed when it ends."""
+    trace = current_trace()
+    trace.enter(next(_scope_ids), 0, f"kernel {name}", user_location())
+    try:
+        yield
+    except BaseException:
+        trace.pending = None  # do not emit half-traced work while unwinding
+        raise
+    finally:
+        trace.exit()
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tiles(total: int, size: int) -> list[tuple[int, int]]:
+    """(start, length) of consecutive tiles of `size` covering `total`."""
+    return [(s, min(size, total - s)) for s in range(0, total, size)]
+
+
+def itemsize(dtype) -> int:
+    """Bytes per element of a dtype given by name, numpy dtype or `DType`."""
+    return as_dtype(dtype).itemsize
+
+
+# --- HBM views -----------------------------------------------------------------------------------
+
+def hbm_strides(tile: Tile) -> tuple[int, ...]:
+    """Element strides of an HBM view, one per axis (0 where an axis is broadcast)."""
+    return tuple(axis.fstep for axis in tile._axes)
+
+
+def hbm_view(tile: Tile, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> Tile:
+    """An explicit access-pattern view over `tile`'s storage, starting `offset` elements after it."""
+    if not shape:
+        shape, strides = (1,), (1,)
+    return tile.ap([[int(st), int(sz)] for st, sz in zip(strides, shape, strict=True)], int(offset))
+
+
+def broadcast_to_shape(tile: Tile, shape: Sequence[int]) -> Tile:
+    """`tile` broadcast (numpy rules) to `shape`: broadcast axes get stride 0."""
+    shape = tuple(int(s) for s in shape)
+    own, steps = tile.shape, hbm_strides(tile)
+    if len(own) > len(shape):
+        if any(s != 1 for s in own[:len(own) - len(shape)]):
+            raise InvalidArgumentError(f"cannot broadcast {list(own)} to {list(shape)}")
+        own, steps = own[len(own) - len(shape):], steps[len(steps) - len(shape):]
+    lead = len(shape) - len(own)
+    strides = [0] * lead
+    for size, step, want in zip(own, steps, shape[lead:], strict=True):
+        if size == want:
+            strides.append(step)
+        elif size == 1:
+            strides.append(0)
+        else:
+            raise InvalidArgumentError(f"cannot broadcast {list(tile.shape)} to {list(shape)}")
+    return hbm_view(tile, shape, strides)
+
+
+def fold_rows(tile: Tile) -> Tile | None:
+    """A [*lead, R, C] view as [prod(lead) * R, C] when the leading axes step uniformly, else None."""
+    shape, strides = tile.shape, hbm_strides(tile)
+    if len(shape) <= 2:
+        return tile if len(shape) == 2 else None
+    rows, row_step = shape[-2], strides[-2]
+    for size, step in zip(reversed(shape[:-2]), reversed(strides[:-2]), strict=True):
+        if size != 1 and step != row_step * rows:
+            return None
+        rows *= size
+    return hbm_view(tile, (rows, shape[-1]), (row_step, strides[-1]))
+
+
+def merged(tile: Tile, split: int) -> Tile | None:
+    """A view as 2-D [prod(shape[:split]), prod(shape[split:])] when each side's axes step
+    uniformly (size-1 axes ignored), else None."""
+    shape, strides = tile.shape, hbm_strides(tile)
+
+    def merge(sizes, steps) -> tuple[int, int] | None:
+        total, step = 1, None
+        for size, st in reversed(list(zip(sizes, steps, strict=True))):
+            if size == 1:
+                continue
+            if step is None:
+                step = st
+            elif st != step * total:
+                return None
+            total *= size
+        return total, (step if step is not None else 1)
+
+    rows, cols = merge(shape[:split], strides[:split]), merge(shape[split:], strides[split:])
+    if rows is None or cols is None:
+        return None
+    return hbm_view(tile, (rows[0], cols[0]), (rows[1], cols[1]))
+
+
+def as_matrix(tile: Tile) -> Tile:
+    """A [n] or [..., C] view as 2-D [rows, C] (rows folded when the strides allow)."""
+    if tile.ndim == 1:
+        return hbm_view(tile, (1, tile.shape[0]), (0, hbm_strides(tile)[0]))
+    folded = fold_rows(tile)
+    if folded is None:
+        raise InvalidArgumentError(f"view {list(tile.shape)} with strides {hbm_strides(tile)} "
+                                   f"cannot be folded into rows")
+    return folded
+
+
+# --- loads ---------------------------------------------------------------------------------------
+
+def load_block(dst: Tile, src: Tile) -> None:
+    """DMA a 2-D HBM block into the SBUF view `dst` (same shape; cast to dst's dtype).
+
+    A stride-0 innermost axis (a per-row value broadcast along the row) is loaded as one column and
+    broadcast on chip by one copy; a stride-0 row axis is a DMA with partition step 0.
+    """
+    rows, cols = src.shape
+    col_stride = hbm_strides(src)[1]
+    if col_stride == 0 and cols > 1:
+        column = nl.ndarray((rows, 1), dtype=src.dtype, buffer=nl.sbuf)
+        column[...] = nl.load(src[:, 0:1])
+        dst[...] = nisa.tensor_copy(column.ap([[1, rows], [0, cols]]), engine=nisa.gpsimd_engine)
+        return
+    dst[...] = nl.load(src)
+
+
+def broadcast_row(vector: Tile, evictor: Evictor) -> Tile:
+    """An HBM vector [n] as an SBUF [128, n] fp32 tile, every partition a copy.
+
+    One small DMA, then ones[1, 128]^T @ row[1, 512] on TensorE per 512 columns (fp32, exact):
+    cheaper than a 128x larger partition-broadcast DMA, which would compete with the weights."""
+    n = vector.shape[0]
+    row = nl.ndarray((1, n), dtype=nl.float32, buffer=nl.sbuf)
+    row[...] = nl.load(as_matrix(vector))
+    ones = nl.ndarray((1, P), dtype=nl.float32, buffer=nl.sbuf)
+    ones[...] = nisa.memset((1, P), 1.0, nl.float32)
+    rows = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(ceil_div(n, BANK_FP32)):
+        c0, cw = i * BANK_FP32, min(BANK_FP32, n - i * BANK_FP32)
+        ps = nl.ndarray((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+        ps[:, 0:cw] = nisa.nc_matmul(ones, row[:, c0:c0 + cw])
+        evictor.copy(rows[:, c0:c0 + cw], ps[:, 0:cw])
+    return rows
+
+
+class Evictor:
+    """PSUM -> SBUF copies (casting to the destination dtype), alternating ScalarE and VectorE.
+
+    On NeuronCore-v2 the two share PSUM's read port, so alternating does not add PSUM bandwidth;
+    it keeps one engine free for the SBUF-only work (bias adds, epilogues) between evictions.
+    """
+
+    def __init__(self) -> None:
+        self.turn = 0
+
+    def copy(self, dst: Tile, src: Tile, engine: str | None = None) -> None:
+        engine = engine or ("scalar" if self.turn % 2 == 0 else "vector")
+        self.turn += 1
+        if engine == "scalar":
+            dst[...] = nisa.activation(op="identity", data=src)
+        else:
+            dst[...] = nisa.tensor_copy(src, engine=nisa.vector_engine)
+
+
+def numel(shape: Sequence[int]) -> int:
+    return int(prod(shape))
+
+
+# --- 2-D tiling of N-D element-wise work --------------------------------------------------------
+
+def problems_2d(shape: Sequence[int], views: Sequence[Tile]) -> list[list[Tile]]:
+    """Cut same-shape HBM views (already broadcast to `shape`) into 2-D [rows, cols] problems.
+
+    Dense operands that share strides become [128, numel / 128] (+ a [1, rest] tail): every
+    partition gets one contiguous run, whatever the tensor's shape. Otherwise the axes are split
+    into looped outer axes, rows and columns, choosing the split that keeps the most partitions
+    and the longest rows while every operand's rows and columns stay single strided axes.
+    """
+    shape = tuple(int(s) for s in shape)
+    total = numel(shape)
+    if total == 0:
+        return []
+    flat = [merged(v, 0) for v in views]
+    if all(f is not None and hbm_strides(f)[1] == 1 for f in flat):
+        per = total // P
+        out: list[list[Tile]] = []
+        if per:
+            out.append([hbm_view(f, (P, per), (per, 1)) for f in flat])
+        if total - per * P:
+            out.append([hbm_view(f, (1, total - per * P), (0, 1), offset=per * P) for f in flat])
+        return out
+    rank = len(shape)
+    best = None
+    for k in range(rank):
+        for s in range(k, rank + 1):
+            rows, cols = numel(shape[k:s]), numel(shape[s:])
+            probe = [v[(0,) * k] if k else v for v in views]
+            if any(merged(p, s - k) is None for p in probe):
+                continue
+            score = (min(rows, P) * min(cols, 4096), -k)
+            if best is None or score > best[0]:
+                best = (score, k, s)
+    if best is None:  # cannot happen: k = rank - 1 always merges
+        raise InvalidArgumentError(f"cannot tile views of shape {list(shape)}")
+    _, k, s = best
+    import numpy as np
+
+    out = []
+    for index in (np.ndindex(*shape[:k]) if k else [()]):
+        key = tuple(int(i) for i in index)
+        out.append([merged(v[key] if key else v, s - k) for v in views])
+    return out
+
+
+def row_problems(views: Sequence[Tile], kept: int) -> list[list[Tile]]:
+    """[rows, cols] views of kept-first views, looping over leading kept axes until the rest of
+    the kept axes fold into one row axis for every view."""
+    for lead in range(kept + 1):
+        probe = [v[(0,) * lead] if lead else v for v in views]
+        if all(merged(p, kept - lead) is not None for p in probe):
+            break
+    else:  # lead == kept always folds (one row); unreachable
+        raise InvalidArgumentError("cannot fold rows")
+    out = []
+    for index in (__import__("numpy").ndindex(*views[0].shape[:lead]) if lead else [()]):
+        key = tuple(int(i) for i in index)
+        out.append([_fold(v[key] if key else v, kept - lead) for v in views])
+    return out
+
+
+
+def _fold(view: Tile, kept: int) -> Tile:
+    """[rows, cols] of a kept-first view (a size-1 row axis when nothing is kept)."""
+    two = merged(view, kept) if kept else merged(view, 0)
+    if two is None:
+        raise InvalidArgumentError(f"view {list(view.shape)} (strides {hbm_strides(view)}) cannot "
+                                   f"be read as [rows, columns]")
+    return two
+
+
+def column_chunk(dtype_bytes: int, operands: int) -> int:
+    """Columns per SBUF block so `operands` fp32-sized tiles stay within ~48 KiB a partition."""
+    return max(512, min(8192, 48 * 1024 // (max(operands, 1) * max(dtype_bytes, 4)) // 512 * 512))

@@ -1,0 +1,356 @@
+"""k.reduce, k.softmax and k.cumsum: work along one (merged) axis of a tensor.
+
+All three want the axis they walk along the free axis, rows on partitions:
+
+- if that axis (the reduced axes, merged) is the innermost in HBM, rows are the other axes and
+  each 128-row tile is read in long contiguous runs (`_direct`);
+- reductions over leading axes with contiguous kept axes (sum over the batch of [B, C]) load
+  [128 reduced, 128 kept] blocks contiguously and transpose them on TensorE (`_transposed`),
+  instead of element-granular DMA descriptors;
+- anything else reads through a strided DMA view (correct; each descriptor is one element, so it
+  is slow, and the profile shows it).
+
+Per row tile, column chunks are reduced on VectorE and combined across chunks on [rows, 1]
+columns: sum/mean/max/min/prod with tensor_reduce, any/all as max/min of (x != 0), var with
+bn_stats/bn_aggr (population variance rescaled by n / (n - correction)), argmax/argmin as the
+smallest column index where x equals the row maximum (first occurrence, as numpy). Softmax keeps
+a running max and sum over chunks (exp on ScalarE with its accumulator) and normalises in a
+second pass over the same SBUF tile; cumsum is a VectorE tensor_tensor_scan with the carry
+between chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError
+from trnsim.kernels.layout import (
+    Evictor,
+    P,
+    broadcast_to_shape,
+    ceil_div,
+    hbm_strides,
+    hbm_view,
+    kernel_scope,
+    load_block,
+    merged,
+    numel,
+    row_problems,
+    tiles,
+)
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+
+CHUNK = 4096  # columns of one SBUF block
+BN_CHUNK = 512
+OPS = ("sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var")
+_ALU = {"sum": np.add, "mean": np.add, "amax": np.max, "amin": np.min, "prod": np.multiply,
+        "any": np.max, "all": np.min}
+BIG = 3.0e38
+
+
+def _moved_last(x: Tile, axes: Sequence[int]) -> tuple[Tile, int]:
+    """A view of x with the kept axes first and `axes` last; returns (view, kept count)."""
+    kept = [i for i in range(x.ndim) if i not in axes]
+    order = kept + list(axes)
+    strides = hbm_strides(x)
+    return hbm_view(x, [x.shape[i] for i in order], [strides[i] for i in order]), len(kept)
+
+
+def _as_rows(view: Tile, kept: int) -> Tile:
+    """[rows, cols] of a kept-first view (a size-1 row axis when nothing is kept)."""
+    if kept == 0:
+        flat = merged(view, 0)
+        if flat is not None:
+            return flat
+    two = merged(view, kept)
+    if two is None:
+        raise InvalidArgumentError(f"view {list(view.shape)} (strides {hbm_strides(view)}) cannot "
+                                   f"be read as [rows, columns]")
+    return two
+
+
+def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bool = False,
+           correction: float | None = None, prologue: Callable | None = None) -> None:
+    """out = op over `axes` of prologue(x) (all axes when `axes` is empty)."""
+    if op not in OPS:
+        raise InvalidArgumentError(f"reduce op {op!r} not in {OPS}")
+    if not axes and op not in ("argmax", "argmin"):  # numpy: axis=() reduces nothing
+        _no_reduction(out, x, op, prologue)
+        return
+    axes = tuple(sorted(a % x.ndim for a in axes)) if axes else tuple(range(x.ndim))
+    if op in ("argmax", "argmin") and len(axes) > 1 and len(axes) != x.ndim:
+        raise InvalidArgumentError(f"{op} over several axes {axes}")
+    view, kept = _moved_last(x, axes)
+    kept_shape = view.shape[:kept]
+    out_view = hbm_view(out, kept_shape or (1,), [s for i, s in enumerate(hbm_strides(out))
+                                                  if not (keepdim and i in axes)] or [1])
+    count = numel(view.shape[kept:])
+    with kernel_scope("reduce"):
+        reducer = _Reducer(op, count, correction if correction is not None else 1.0, prologue)
+        # the output gets the reduced axes back as size-1 axes, so both views fold alike
+        out_full = hbm_view(out_view, (*kept_shape, *view.shape[kept:]),
+                            (*hbm_strides(out_view)[:kept], *[0] * (view.ndim - kept)))
+        for columns, out_cols in row_problems([view, out_full], kept):
+            out_rows = out_cols[:, 0:1]
+            if hbm_strides(columns)[1] != 1 and _kept_contiguous(columns):
+                _transposed(columns, out_rows, reducer)
+            else:
+                _direct(columns, out_rows, reducer)
+
+
+def _no_reduction(out: Tile, x: Tile, op: str, prologue) -> None:
+    """A reduction over no axes: each element is its own group (as numpy's axis=())."""
+    from trnsim.kernels.elementwise import elementwise
+
+    if op == "var":
+        raise InvalidArgumentError("var over no axes")
+
+    def program(tiles_: Sequence[Tile]) -> Tile:
+        value = prologue(tiles_) if prologue is not None else tiles_[0]
+        if op in ("any", "all"):
+            return nisa.tensor_scalar(value, np.not_equal, 0.0, dtype=nl.float32)
+        return nisa.tensor_copy(value, dtype=nl.float32)
+
+    elementwise(out, [x], program=program)
+
+
+def _kept_contiguous(columns: Tile) -> bool:
+    return hbm_strides(columns)[0] == 1 and columns.shape[0] > 1
+
+
+def _direct(columns: Tile, out_rows: Tile, reducer: _Reducer) -> None:
+    rows, cols = columns.shape
+    for t in nl.affine_range(ceil_div(rows, P)):
+        r0, rr = t * P, min(P, rows - t * P)
+        state = reducer.start(rr)
+        for c0, cw in tiles(cols, CHUNK):
+            with kernel_scope("reduce chunk"):
+                block = nl.ndarray((P, cw), dtype=columns.dtype, buffer=nl.sbuf)
+                load_block(block[0:rr], columns[r0:r0 + rr, c0:c0 + cw])
+                reducer.add(state, block[0:rr], c0)
+        reducer.finish(state, out_rows[r0:r0 + rr, :])
+
+
+def _transposed(columns: Tile, out_rows: Tile, reducer: _Reducer) -> None:
+    """Rows (kept) are contiguous in HBM, columns (reduced) strided: load [128 reduced, 128
+    kept] blocks with contiguous runs and transpose them on TensorE."""
+    rows, cols = columns.shape
+    flipped = hbm_view(columns, (cols, rows), hbm_strides(columns)[::-1])  # [reduced, kept]
+    evictor = Evictor()
+    for t in nl.affine_range(ceil_div(rows, P)):
+        r0, rr = t * P, min(P, rows - t * P)
+        state = reducer.start(rr)
+        for c0, cw in tiles(cols, P):
+            with kernel_scope("transposed chunk"):
+                block = nl.ndarray((P, P), dtype=columns.dtype, buffer=nl.sbuf)
+                block[0:cw, 0:rr] = nl.load(flipped[c0:c0 + cw, r0:r0 + rr])
+                bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                bank[0:rr, 0:cw] = nisa.nc_transpose(block[0:cw, 0:rr])
+                values = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+                evictor.copy(values[0:rr, 0:cw], bank[0:rr, 0:cw])
+                reducer.add(state, values[0:rr, 0:cw], c0)
+        reducer.finish(state, out_rows[r0:r0 + rr, :])
+
+
+class _Reducer:
+    """Chunk-by-chunk reduction of rows held on partitions."""
+
+    def __init__(self, op: str, count: int, correction: float, prologue) -> None:
+        self.op, self.count, self.correction, self.prologue = op, count, correction, prologue
+        if op in ("argmax", "argmin"):  # column numbers 0..CHUNK-1 on every partition
+            i_p, i_f = nl.mgrid[0:P, 0:CHUNK]
+            self.columns = nl.ndarray((P, CHUNK), dtype=nl.float32, buffer=nl.sbuf)
+            self.columns[...] = nisa.iota(i_f + CHUNK * i_p, dtype=nl.float32)
+            i_q = nl.arange(P)[:, None]
+            starts = nisa.iota(CHUNK * i_q, dtype=nl.float32)
+            self.columns[...] = nisa.tensor_scalar(self.columns, np.subtract, starts)
+
+    def start(self, rows: int) -> dict:
+        state = {"rows": rows, "first": True}
+        if self.op == "var":
+            state["stats"] = nl.ndarray((P, 6 * ceil_div(self.count, BN_CHUNK)),
+                                        dtype=nl.float32, buffer=nl.sbuf)
+        state["acc"] = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        if self.op in ("argmax", "argmin"):
+            state["index"] = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        return state
+
+    def add(self, state: dict, block: Tile, c0: int) -> None:
+        rr, cw = block.shape
+        x = block
+        if self.prologue is not None:
+            staged = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+            staged[0:rr] = self.prologue([block])
+            x = staged[0:rr]
+        op = self.op
+        if op == "var":
+            for a0, aw in tiles(cw, BN_CHUNK):
+                i = (c0 + a0) // BN_CHUNK
+                state["stats"][0:rr, 6 * i:6 * i + 6] = nisa.bn_stats(x[:, a0:a0 + aw],
+                                                                       dtype=nl.float32)
+            return
+        if op in ("argmax", "argmin"):
+            self._arg(state, x, c0)
+            return
+        if op in ("any", "all"):
+            flags = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+            flags[0:rr] = nisa.tensor_scalar(x, np.not_equal, 0.0, dtype=nl.float32)
+            x = flags[0:rr]
+        part = nisa.tensor_reduce(_ALU[op], x, axis=(1,), keepdims=True, dtype=nl.float32)
+        self._combine(state, part, _ALU[op])
+
+    def _combine(self, state: dict, part, alu) -> None:
+        rr, acc = state["rows"], state["acc"]
+        if state["first"]:
+            acc[0:rr] = nisa.tensor_copy(part, dtype=nl.float32)
+            state["first"] = False
+        else:
+            acc[0:rr] = nisa.tensor_tensor(acc[0:rr], part, alu)
+
+    def _arg(self, state: dict, x: Tile, c0: int) -> None:
+        """Best value and first index of it in this chunk, merged into the running pair."""
+        rr, cw = x.shape
+        sign = 1.0 if self.op == "argmax" else -1.0
+        values = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+        values[0:rr] = nisa.tensor_scalar(x, np.multiply, sign, dtype=nl.float32)
+        best = nisa.tensor_reduce(np.max, values[0:rr], axis=(1,), keepdims=True,
+                                  dtype=nl.float32)
+        # candidates: the column where values == best, BIG elsewhere; first = the minimum
+        miss = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+        miss[0:rr] = nisa.tensor_scalar(values[0:rr], np.not_equal, best, op1=np.multiply,
+                                        operand1=BIG, dtype=nl.float32)
+        miss[0:rr] = nisa.tensor_tensor(miss[0:rr], self.columns[0:rr, 0:cw], np.add)
+        first = nisa.tensor_scalar(nisa.tensor_reduce(np.min, miss[0:rr], axis=(1,),
+                                                      keepdims=True, dtype=nl.float32),
+                                   np.add, float(c0), dtype=nl.float32)
+        acc, where = state["acc"], state["index"]
+        if state["first"]:
+            acc[0:rr] = nisa.tensor_copy(best, dtype=nl.float32)
+            where[0:rr] = nisa.tensor_copy(first, dtype=nl.float32)
+            state["first"] = False
+            return
+        better = nisa.tensor_tensor(best, acc[0:rr], np.greater, dtype=nl.float32)
+        step = nisa.tensor_tensor(first, where[0:rr], np.subtract, dtype=nl.float32)
+        where[0:rr] = nisa.scalar_tensor_tensor(data=step, op0=np.multiply, operand0=better,
+                                                op1=np.add, operand1=where[0:rr])
+        acc[0:rr] = nisa.tensor_tensor(acc[0:rr], best, np.maximum)
+
+    def finish(self, state: dict, out: Tile) -> None:
+        rr = state["rows"]
+        result = nl.ndarray((P, 1), dtype=out.dtype, buffer=nl.sbuf)
+        if self.op == "var":
+            mean_var = nisa.bn_aggr(state["stats"][0:rr], dtype=nl.float32)
+            factor = self.count / max(self.count - self.correction, 0.0) if \
+                self.count > self.correction else float("inf")
+            result[0:rr] = nisa.tensor_scalar(mean_var[:, 1:2], np.multiply, factor)
+        elif self.op == "mean":
+            result[0:rr] = nisa.tensor_scalar(state["acc"][0:rr], np.multiply, 1.0 / self.count)
+        elif self.op in ("argmax", "argmin"):
+            result[0:rr] = nisa.tensor_copy(state["index"][0:rr])
+        else:
+            result[0:rr] = nisa.tensor_copy(state["acc"][0:rr])
+        nl.store(out, value=result[0:rr])
+
+
+def softmax(out: Tile, x: Tile, *, axis: int, scale: float = 1.0, log: bool = False,
+            mask: Tile | None = None) -> None:
+    """softmax (or log_softmax) over `axis` of x * scale (+ mask), statistics in fp32."""
+    axis = axis % x.ndim
+    with kernel_scope("softmax"):
+        operands = [out, x] + ([broadcast_to_shape(mask, x.shape)] if mask is not None else [])
+        moved = [_moved_last(t, (axis,))[0] for t in operands]
+        for problem in row_problems(moved, x.ndim - 1):
+            out2, x2 = problem[0], problem[1]
+            mask2 = problem[2] if mask is not None else None
+            rows, cols = x2.shape
+            for t in nl.affine_range(ceil_div(rows, P)):
+                r0, rr = t * P, min(P, rows - t * P)
+                _softmax_rows(out2, x2, mask2, r0, rr, cols, float(scale), log)
+
+
+def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols: int,
+                  scale: float, log: bool) -> None:
+    """Pass 1: per chunk, shifted = x * scale + mask kept in SBUF, running max and sum (the sum
+    rescaled by exp(old max - new max)); pass 2: exp(shifted - max) / sum, or shifted - max -
+    log(sum)."""
+    chunks = tiles(cols, CHUNK)
+    shifted = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.sbuf)
+    run_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    run_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for i, (c0, cw) in enumerate(chunks):
+        view = shifted[0:rr, c0:c0 + cw]
+        view[...] = nl.load(x[r0:r0 + rr, c0:c0 + cw])
+        if mask is not None:
+            bias = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+            load_block(bias[0:rr], mask[r0:r0 + rr, c0:c0 + cw])
+            view[...] = nisa.scalar_tensor_tensor(data=view, op0=np.multiply, operand0=scale,
+                                                  op1=np.add, operand1=bias[0:rr])
+        elif scale != 1.0:
+            view[...] = nisa.tensor_scalar(view, np.multiply, scale)
+        chunk_max = nisa.tensor_reduce(np.max, view, axis=(1,), keepdims=True, dtype=nl.float32)
+        new_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        new_max[0:rr] = (nisa.tensor_copy(chunk_max) if i == 0
+                         else nisa.tensor_tensor(run_max[0:rr], chunk_max, np.maximum))
+        neg = nisa.tensor_scalar(new_max[0:rr], np.multiply, -1.0, dtype=nl.float32)
+        chunk_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        junk = nl.ndarray((P, cw), dtype=nl.bfloat16, buffer=nl.sbuf)
+        junk[0:rr] = nisa.activation(op=nl.exp, data=view, bias=neg, reduce_op=nl.add,
+                                     reduce_res=chunk_sum[0:rr],
+                                     reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        if i == 0:
+            run_sum[0:rr] = nisa.tensor_copy(chunk_sum[0:rr])
+        else:  # run_sum * exp(old max - new max) + chunk_sum
+            decay = nisa.activation(op=nl.exp, data=run_max[0:rr], bias=neg, dtype=nl.float32)
+            run_sum[0:rr] = nisa.scalar_tensor_tensor(data=run_sum[0:rr], op0=np.multiply,
+                                                      operand0=decay, op1=np.add,
+                                                      operand1=chunk_sum[0:rr])
+        run_max[0:rr] = nisa.tensor_copy(new_max[0:rr])
+    neg_max = nisa.tensor_scalar(run_max[0:rr], np.multiply, -1.0, dtype=nl.float32)
+    if log:
+        log_sum = nisa.activation(op=nl.log, data=run_sum[0:rr], dtype=nl.float32)
+        shift = nisa.tensor_tensor(neg_max, log_sum, np.subtract, dtype=nl.float32)
+    else:
+        inverse = nisa.reciprocal(run_sum[0:rr], dtype=nl.float32)
+    for c0, cw in chunks:
+        stage = nl.ndarray((P, cw), dtype=out.dtype, buffer=nl.sbuf)
+        if log:
+            stage[0:rr] = nisa.activation(op="identity", data=shifted[0:rr, c0:c0 + cw],
+                                          bias=shift)
+        else:
+            probs = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+            probs[0:rr] = nisa.activation(op=nl.exp, data=shifted[0:rr, c0:c0 + cw],
+                                          bias=neg_max)
+            stage[0:rr] = nisa.tensor_scalar(probs[0:rr], np.multiply, inverse)
+        nl.store(out[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])
+
+
+def cumsum(out: Tile, x: Tile, *, axis: int) -> None:
+    """Running sum along `axis` (fp32 carry), a VectorE scan per chunk."""
+    axis = axis % x.ndim
+    with kernel_scope("cumsum"):
+        moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
+        for out2, x2 in row_problems(moved, x.ndim - 1):
+            _cumsum_rows(out2, x2)
+
+
+def _cumsum_rows(out2: Tile, x2: Tile) -> None:
+    rows, cols = x2.shape
+    for t in nl.affine_range(ceil_div(rows, P)):
+        r0, rr = t * P, min(P, rows - t * P)
+        carry = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        for i, (c0, cw) in enumerate(tiles(cols, CHUNK)):
+            with kernel_scope("cumsum chunk"):
+                block = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+                block[0:rr] = nl.load(x2[r0:r0 + rr, c0:c0 + cw])
+                sums = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
+                sums[0:rr] = nisa.tensor_tensor_scan(
+                    block[0:rr], block[0:rr], 0.0 if i == 0 else carry[0:rr], np.add,
+                    "bypass", dtype=nl.float32)
+                carry[0:rr] = nisa.tensor_copy(sums[0:rr, cw - 1:cw])
+                stage = nl.ndarray((P, cw), dtype=out2.dtype, buffer=nl.sbuf)
+                stage[0:rr] = nisa.tensor_copy(sums[0:rr])
+                nl.store(out2[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])

@@ -1,0 +1,192 @@
+"""Model performance reports built from simulator profiles: latency, throughput, cost, breakdown.
+
+Conventions (stated in every report):
+- latency: one inference of the compiled batch on one NeuronCore with the rest of the chip idle;
+- throughput: one model copy per visible NeuronCore, all running at once (as torch-neuronx users
+  deploy), so copies on one chip share its HBM bandwidth: copies x batch / loaded latency;
+- cost per inference: the instance's on-demand $/hour / 3600 / throughput (None without a price);
+- bound: of the run's time, the share TensorE was busy ("tensor"), DMA was moving data while
+  TensorE idled ("dma"), and neither ("other": vector/scalar/gpsimd work or waiting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from trnsim.sim.engines import DMA_BASE, engine_name
+
+
+@dataclass
+class KernelTime:
+    label: str  # "k.matmul:matmul_5"
+    op: str
+    source: str | None
+    instructions: int
+    start_ns: float
+    end_ns: float
+    tensor_busy_ns: float
+    dma_bytes: int
+    flops: int
+
+    @property
+    def span_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class ModelReport:
+    model: str
+    instance: str
+    core: str
+    batch: int
+    copies: int
+    latency_ms: float
+    loaded_latency_ms: float
+    throughput_per_s: float
+    price_per_hour: float | None
+    cost_per_inference_usd: float | None
+    engine_utilisation: dict[str, float]
+    tensor_flops_utilisation: float
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    sbuf_peak_bytes_per_partition: int
+    psum_peak_bytes_per_partition: int
+    bound: dict[str, float]
+    by_op: dict[str, dict]
+    kernels: list[KernelTime] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self, *, kernels: bool = True) -> dict:
+        data = asdict(self)
+        if not kernels:
+            data.pop("kernels")
+        return data
+
+    def table(self, top: int = 12) -> str:
+        from trnsim.perf.tables import report_table
+
+        return report_table(self, top=top)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def bound_fractions(profile) -> dict[str, float]:
+    """Shares of the run with TensorE busy, only DMA busy, and neither."""
+    total = profile.total_ns
+    if total <= 0:
+        return {"tensor": 0.0, "dma": 0.0, "other": 0.0}
+    codes = profile.stream
+    names = np.array([engine_name(int(c)) for c in np.unique(codes)])
+    unique = np.unique(codes)
+    tensor_codes = unique[names == "tensor"]
+    dma_codes = unique[unique >= DMA_BASE]
+    tensor = _union(profile.start_ns[np.isin(codes, tensor_codes)],
+                    profile.end_ns[np.isin(codes, tensor_codes)])
+    dma = _union(profile.start_ns[np.isin(codes, dma_codes)], profile.end_ns[np.isin(codes, dma_codes)])
+    tensor_ns = _length(tensor)
+    dma_only = _length(_subtract(dma, tensor))
+    return {"tensor": tensor_ns / total, "dma": dma_only / total,
+            "other": max(0.0, 1.0 - (tensor_ns + dma_only) / total)}
+
+
+def kernel_times(profile) -> list[KernelTime]:
+    """Per kernel (instruction label): span, TensorE busy time, DMA bytes, FLOPs."""
+    program = profile.program
+    pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
+    labels = np.array([program.instructions[int(pc)].label for pc in pcs], dtype=object)
+    sources = {ins.label: ins.source for ins in program.instructions}
+    is_tensor = np.array([engine_name(int(c)) == "tensor" for c in profile.stream])
+    is_dma = profile.stream >= DMA_BASE
+    out = []
+    order = {}
+    for i, label in enumerate(labels):
+        order.setdefault(label, i)
+    for label in sorted(order, key=order.get):
+        mask = labels == label
+        busy = profile.end_ns[mask & is_tensor] - profile.start_ns[mask & is_tensor]
+        out.append(KernelTime(
+            label=label, op=label.split(":")[0], source=sources.get(label),
+            instructions=int(mask.sum()), start_ns=float(profile.start_ns[mask].min()),
+            end_ns=float(profile.done_ns[mask].max()), tensor_busy_ns=float(busy.sum()),
+            dma_bytes=int(profile.nbytes[mask & is_dma].sum()),
+            flops=int(profile.flops[mask].sum())))
+    return out
+
+
+def by_op(kernels: list[KernelTime]) -> dict[str, dict]:
+    table: dict[str, dict] = {}
+    for k in kernels:
+        row = table.setdefault(k.op, {"kernels": 0, "span_ns": 0.0, "tensor_busy_ns": 0.0,
+                                      "dma_bytes": 0, "flops": 0})
+        row["kernels"] += 1
+        row["span_ns"] += k.span_ns
+        row["tensor_busy_ns"] += k.tensor_busy_ns
+        row["dma_bytes"] += k.dma_bytes
+        row["flops"] += k.flops
+    return table
+
+
+def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
+                 copies: int | None = None) -> ModelReport:
+    """`loaded_profiles`: the copies of one chip run together; `copies`: all copies on the
+    instance (chips are alike, so each chip's copies take the loaded latency)."""
+    summary = profile.summary
+    copies = copies or max(1, len(loaded_profiles))
+    loaded_ns = max((p.total_ns for p in loaded_profiles), default=profile.total_ns)
+    throughput = copies * batch / (loaded_ns * 1e-9) if loaded_ns > 0 else 0.0
+    price = instance.price_per_hour
+    chips_used = max(1, -(-copies // instance.chip.logical_cores()))
+    cost = price / 3600.0 / throughput if price is not None and throughput > 0 else None
+    kernels = kernel_times(profile)
+    notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} copies "
+             f"(one per visible core) on {chips_used} chip(s) of {instance.name}"]
+    if price is None:
+        notes.append(f"no published on-demand price for {instance.name}: cost not computed")
+    return ModelReport(
+        model=model, instance=instance.name, core=profile.core.name, batch=batch, copies=copies,
+        latency_ms=profile.total_ns / 1e6, loaded_latency_ms=loaded_ns / 1e6,
+        throughput_per_s=throughput, price_per_hour=price, cost_per_inference_usd=cost,
+        engine_utilisation=dict(summary.engine_utilisation),
+        tensor_flops_utilisation=summary.tensor_flops_utilisation,
+        hbm_read_bytes=summary.hbm_read_bytes, hbm_write_bytes=summary.hbm_write_bytes,
+        sbuf_peak_bytes_per_partition=summary.sbuf_peak_bytes_per_partition,
+        psum_peak_bytes_per_partition=summary.psum_peak_bytes_per_partition,
+        bound=bound_fractions(profile), by_op=by_op(kernels), kernels=kernels, notes=notes)
+
+
+# --- interval helpers --------------------------------------------------------------------------
+def _union(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    if len(starts) == 0:
+        return []
+    order = np.argsort(starts)
+    merged: list[list[float]] = []
+    for s, e in zip(starts[order], ends[order], strict=True):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([float(s), float(e)])
+    return [(a, b) for a, b in merged]
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out, j = [], 0
+    for start, end in a:
+        cursor = start
+        while j < len(b) and b[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cursor:
+                out.append((cursor, b[k][0]))
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out

@@ -1,0 +1,154 @@
+"""`trnsim.trace(model, example_inputs, ...)`: torch_neuronx.trace's call, on simulated hardware.
+
+capture (torch.export) -> pass pipeline -> lowering to one program -> CompiledModel, with a
+compile cache: the lowered program of a (kernel-level graph, options, trnsim version) is kept on
+disk (JSON, weights excluded: they come from the live model), so a second trace of the same model
+skips lowering. The cache lives in $TRNSIM_CACHE_DIR (default ~/.cache/trnsim; "off" disables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trnsim import __version__, hardware
+from trnsim.errors import InvalidArgumentError
+from trnsim.runtime.cores import CoresUnavailableError, visible_cores
+from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
+
+CACHE_ENV = "TRNSIM_CACHE_DIR"
+
+
+def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cores: int = 1,
+          auto_cast: str | None = None, auto_cast_type: str | None = None,
+          optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
+          dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None) -> CompiledModel:
+    """Compile `model` for `instance` (torch_neuronx.trace semantics; see trnsim.compiler).
+
+    auto_cast / auto_cast_type / optlevel default to NEURON_CC_FLAGS, else neuronx-cc's defaults
+    (matmult, bf16, -O2). `cores` copies of the model are placed round-robin on the visible
+    NeuronCores (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES) for throughput.
+    """
+    from trnsim.compiler import capture, options_from_env, run_pipeline
+
+    spec = hardware.instance(instance)
+    options = options_from_env(instance=spec.name, cores=cores, auto_cast=auto_cast,
+                               auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
+                               dump_after=dump_after or None)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    graph = capture(model, example_inputs, kwargs)
+    timings["capture_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    kernel_graph = run_pipeline(graph, options)
+    timings["passes_s"] = time.perf_counter() - start
+    placement = place(spec, options.cores, options.lnc)
+    start = time.perf_counter()
+    lowered, cached = _lower_cached(kernel_graph, options, spec)
+    timings["lower_s" if not cached else "cache_load_s"] = time.perf_counter() - start
+    compiled = _compiled(kernel_graph, lowered, spec, options, placement)
+    compiled.meta.update(timings=timings, cache_hit=cached,
+                         weight_bytes=kernel_graph.weight_bytes(),
+                         memory_plan=kernel_graph.meta.get("memory_plan"),
+                         ignored_flags=list(options.ignored_flags))
+    if workdir:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        (Path(workdir) / "graph.txt").write_text(kernel_graph.pretty())
+    return compiled
+
+
+def place(spec, copies: int, lnc: int | None) -> list[int]:
+    """Round-robin placement of `copies` model copies on the visible cores."""
+    total = spec.logical_cores(lnc)
+    visible = visible_cores(total, spec.name)
+    if copies > len(visible):
+        raise CoresUnavailableError(f"cores={copies} on {spec.name}: Requested:{copies} "
+                                    f"Available:{len(visible)} visible NeuronCores; copies",
+                                    copies, len(visible))
+    return [visible[i % len(visible)] for i in range(copies)]
+
+
+def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
+    inputs = [InputSpec(name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
+              for name, n in zip(lowered.inputs, graph.inputs, strict=True)]
+    out_dtypes = graph.meta.get("output_torch_dtypes") or [None] * len(graph.outputs)
+    outputs = [OutputSpec(name, n.shape, n.dtype.name, td)
+               for name, n, td in zip(lowered.outputs, graph.outputs, out_dtypes, strict=True)]
+    return CompiledModel(name=graph.name, program=lowered.program, inputs=inputs, outputs=outputs,
+                         instance=spec.name, options=options.key(),
+                         input_structure=graph.input_structure,
+                         output_structure=graph.output_structure, kernels=lowered.kernels,
+                         placement=placement)
+
+
+# --- compile cache ------------------------------------------------------------------------------
+def cache_dir() -> Path | None:
+    value = os.environ.get(CACHE_ENV, str(Path.home() / ".cache" / "trnsim"))
+    return None if value.lower() in ("", "off", "0", "none") else Path(value)
+
+
+def cache_key(graph, options, core) -> str:
+    text = graph.pretty(constants=True, sources=True)
+    payload = json.dumps({"graph": text, "options": options.key(), "core": core.name,
+                          "trnsim": __version__, "code": _code_digest()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+_CODE_DIGEST: str | None = None
+
+
+def _code_digest() -> str:
+    """A digest of the code that decides what a lowering emits (kernels, lowering, nki, isa,
+    hardware), so an edited kernel never reads a stale cached program."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for package in ("kernels", "compiler/lowering", "nki", "isa", "hardware"):
+            for path in sorted((root / package).rglob("*.py")):
+                h.update(path.read_bytes())
+        _CODE_DIGEST = h.hexdigest()[:16]
+    return _CODE_DIGEST
+
+
+def _lower_cached(graph, options, spec):
+    from trnsim.compiler.lowering import KernelCall, Lowered, lower
+    from trnsim.isa.serialize import program_from_data, program_to_data
+
+    core = spec.chip.core
+    root = cache_dir()
+    key = cache_key(graph, options, core) if root else None
+    path = root / f"{key}.json" if root else None
+    if path is not None and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            constants = _graph_constants(graph, data["program"]["tensors"])
+            program = program_from_data(data["program"], constants)
+            calls = [KernelCall(**c) for c in data["kernels"]]
+            return Lowered(program, data["inputs"], data["outputs"], calls), True
+        except (OSError, KeyError, ValueError, InvalidArgumentError):
+            pass  # a stale or unreadable entry: compile again and overwrite it
+    lowered = lower(graph, core)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = {"program": program_to_data(lowered.program), "inputs": lowered.inputs,
+                    "outputs": lowered.outputs, "kernels": [vars(c) for c in lowered.kernels]}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return lowered, False
+
+
+def _graph_constants(graph, tensors) -> dict:
+    """Constant data for a cached program, rebuilt from the live graph (weights are not cached)."""
+    from trnsim.compiler.lowering import constant_data
+
+    wanted = [t["name"] for t in tensors if t["kind"] == "constant"]
+    return constant_data(graph, wanted)

@@ -1,0 +1,178 @@
+"""CompiledModel: call it like the model; ask it for a report, a profile, or to be saved.
+
+A compiled model holds the lowered instruction program, the input/output structure of the
+original model and its compile options. Calling it runs the program functionally on a simulated
+NeuronCore and returns torch tensors (or numpy arrays when called with numpy) nested like the
+eager model's outputs. The timing of one inference does not depend on the input values, so it is
+simulated once (timing-only) and reused by `report()` and `profile()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trnsim import hardware
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa import Program
+from trnsim.numerics import cast
+from trnsim.numerics import dtype as as_dtype
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str  # the HBM tensor name in the program
+    shape: tuple[int, ...]
+    dtype: str  # the program's dtype
+    torch_dtype: str | None = None  # what the model was traced with (e.g. torch.int64)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # the program's dtype
+    torch_dtype: str | None = None  # what eager PyTorch returns
+
+
+@dataclass
+class CompiledModel:
+    name: str
+    program: Program
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    instance: str
+    options: dict
+    input_structure: Any = None  # trnsim.compiler.Structure (or None: positional tensors)
+    output_structure: Any = None
+    kernels: list = field(default_factory=list)  # lowering.KernelCall records
+    meta: dict = field(default_factory=dict)
+    placement: list[int] = field(default_factory=list)  # visible cores holding a copy
+    _timing: Any = None
+    _loaded: Any = None
+
+    @property
+    def instance_spec(self):
+        return hardware.instance(self.instance)
+
+    @property
+    def chip(self):
+        return self.instance_spec.chip
+
+    # --- calling ------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        from trnsim.sim import simulate
+
+        flat = self._flatten(args, kwargs)
+        arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
+        result = simulate(self.program, arrays, mode="functional", chip=self.chip)
+        values = [result.outputs[spec.name] for spec in self.outputs]
+        as_torch = any(_is_torch(v) for v in flat) or (not flat)
+        converted = [_to_torch(v, spec) if as_torch else v for v, spec in zip(values, self.outputs,
+                                                                                strict=True)]
+        if self.output_structure is None:
+            return converted[0] if len(converted) == 1 else tuple(converted)
+        return self.output_structure.rebuild(converted)
+
+    def _flatten(self, args, kwargs) -> list:
+        if self.input_structure is not None:
+            flat = self.input_structure.flatten((tuple(args), dict(kwargs)))
+        else:
+            flat = list(args) + list(kwargs.values())
+        if len(flat) != len(self.inputs):
+            raise InvalidArgumentError(f"{self.name} was traced with {len(self.inputs)} tensor inputs, "
+                                       f"called with {len(flat)}")
+        from trnsim.compiler.errors import InputShapeError
+
+        for spec, value in zip(self.inputs, flat, strict=True):
+            shape = tuple(getattr(value, "shape", ()))
+            if shape != spec.shape:
+                traced = f"{spec.torch_dtype or spec.dtype}{list(spec.shape)}"
+                raise InputShapeError(spec.name, traced, str(list(shape)))
+        return flat
+
+    # --- timing -------------------------------------------------------------------------------
+    def timing(self):
+        """The timing-only run of one inference (simulated once, then reused)."""
+        if self._timing is None:
+            from trnsim.sim import simulate
+
+            self._timing = simulate(self.program, None, mode="timing", chip=self.chip).profile
+        return self._timing
+
+    def loaded_timing(self, copies: int | None = None):
+        """Profiles of `copies` copies running together on one chip (they share its HBM)."""
+        copies = min(copies or self.chip.logical_cores(), self.chip.logical_cores())
+        if self._loaded is None or len(self._loaded) != copies:
+            from trnsim.sim import simulate_cores
+
+            runs = simulate_cores([self.program] * copies, None, mode="timing", chip=self.chip)
+            self._loaded = [r.profile for r in runs]
+        return self._loaded
+
+    def report(self, copies: int | None = None):
+        """Latency, throughput with one copy per visible core, cost, breakdown (trnsim.perf)."""
+        from trnsim.perf import build_report
+
+        visible = copies or len(self.visible_cores())
+        loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
+        report = build_report(model=self.name, instance=self.instance_spec, profile=self.timing(),
+                              loaded_profiles=loaded, batch=self.batch, copies=visible)
+        return report
+
+    def visible_cores(self) -> list[int]:
+        """NEURON_RT_VISIBLE_CORES / NUM_CORES on this model's instance (one copy each)."""
+        from trnsim.runtime.cores import visible_cores
+
+        spec = self.instance_spec
+        return visible_cores(spec.logical_cores(self.options.get("lnc")), spec.name)
+
+    @property
+    def batch(self) -> int:
+        """The leading dimension of the first input (what one call processes)."""
+        return self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else 1
+
+    def profile(self, path) -> str:
+        """Write the Perfetto trace of one inference; returns the path."""
+        from trnsim.sim import write_trace
+
+        return str(write_trace([self.timing()], path))
+
+    # --- saving -------------------------------------------------------------------------------
+    def save(self, path) -> str:
+        from trnsim.runtime.persist import save_model
+
+        return str(save_model(self, path))
+
+
+def _is_torch(value) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _to_array(value, spec: InputSpec) -> np.ndarray:
+    if _is_torch(value):
+        from trnsim.compiler.capture import tensor_to_numpy
+
+        value = tensor_to_numpy(value.detach().cpu())
+    array = np.asarray(value)
+    target = as_dtype(spec.dtype)
+    if array.dtype.kind in "iub" and target.is_int:
+        return array.astype(target.np_dtype)  # int64 token ids -> int32, as neuronx-cc does
+    return cast(array, target, rounding="rne") if array.dtype != target.np_dtype else array
+
+
+def _to_torch(array: np.ndarray, spec: OutputSpec):
+    import torch
+
+    name = (spec.torch_dtype or "").replace("torch.", "")
+    if array.dtype.name == "bfloat16":
+        tensor = torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    elif array.dtype.name.startswith("float8"):
+        tensor = torch.from_numpy(array.astype(np.float32))
+    else:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if name and hasattr(torch, name) and str(tensor.dtype) != f"torch.{name}":
+        tensor = tensor.to(getattr(torch, name))
+    return tensor

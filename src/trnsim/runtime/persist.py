@@ -1,0 +1,45 @@
+"""CompiledModel.save / trnsim.load, on top of `trnsim.runtime.artifact`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from trnsim.runtime.artifact import ArtifactError, read, write
+from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
+
+
+def save_model(model: CompiledModel, path) -> Path:
+    from trnsim.isa.serialize import program_to_data
+
+    constants = {t.name: t.values() for t in model.program.tensors.values() if t.kind == "constant"}
+    manifest = {
+        "name": model.name, "instance": model.instance, "options": model.options,
+        "inputs": [asdict(s) for s in model.inputs], "outputs": [asdict(s) for s in model.outputs],
+        "input_structure": model.input_structure.to_json() if model.input_structure else None,
+        "output_structure": model.output_structure.to_json() if model.output_structure else None,
+        "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
+    }
+    return write(path, manifest, program_to_data(model.program), constants)
+
+
+def load_model(path) -> CompiledModel:
+    """Load a model saved with CompiledModel.save (no model code needed)."""
+    from trnsim.compiler.lowering import KernelCall
+    from trnsim.compiler.structure import Structure
+    from trnsim.isa.serialize import program_from_data
+
+    manifest, program_data, constants, _ = read(path)
+    try:
+        program = program_from_data(program_data, constants)
+        inputs = [InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
+        outputs = [OutputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
+        structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
+                      for k in ("input_structure", "output_structure")]
+        kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
+    return CompiledModel(name=manifest["name"], program=program, inputs=inputs, outputs=outputs,
+                         instance=manifest["instance"], options=manifest["options"],
+                         input_structure=structures[0], output_structure=structures[1],
+                         kernels=kernels, placement=manifest.get("placement", []))

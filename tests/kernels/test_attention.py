@@ -1,0 +1,95 @@
+"""k.attention against the reference semantics: masks, layouts, head dims, dtypes."""
+
+import numpy as np
+import pytest
+
+from tests.kernels.conftest import as_dtype, assert_close, loaded
+from trnsim.errors import UnsupportedError
+from trnsim.kernels import attention
+from trnsim.kernels.harness import ArraySpec, run
+from trnsim.kernels.layout import hbm_view
+
+
+def reference(q, k, v, scale, mask=None, kind="none", k_transposed=False, compute="bfloat16"):
+    """What k.attention means (trnsim.compiler.interpret_kernels): bf16 operands, fp32 softmax,
+    probabilities cast to the compute dtype before P @ V, fully masked rows give 0."""
+    q, k, v = (loaded(t, compute) for t in (q, k, v))
+    kt = k if k_transposed else np.swapaxes(k, -1, -2)
+    s = (q @ kt).astype(np.float32) * np.float32(scale)
+    keep = None
+    if kind == "causal":
+        keep = np.tril(np.ones(s.shape[-2:], bool))
+    elif kind == "bool":
+        keep = np.broadcast_to(mask.astype(bool), s.shape)
+    elif kind == "bias":
+        s = s + mask.astype(np.float32)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = np.nan_to_num(e / e.sum(axis=-1, keepdims=True), nan=0.0)
+    return loaded(p, compute) @ v
+
+
+CASES = [  # batch, sq, sk, d, dv, mask kind, k transposed, HBM dtype, compute dtype
+    ((1, 4), 128, 128, 64, 64, "none", False, "float32", "bfloat16"),
+    ((2, 3), 200, 300, 64, 64, "causal", False, "float32", "bfloat16"),
+    ((1, 2), 128, 256, 32, 32, "bias", True, "float32", "bfloat16"),
+    ((2, 2), 130, 70, 80, 48, "bool", False, "float32", "float32"),
+    ((), 100, 100, 64, 64, "none", False, "bfloat16", "bfloat16"),
+    ((3,), 64, 600, 128, 64, "bias", False, "float32", "bfloat16"),  # keys over 512
+    ((1, 16), 128, 128, 64, 64, "bias", False, "bfloat16", "bfloat16"),  # 4 pipelined groups
+    ((1, 3), 64, 1100, 64, 32, "causal", False, "float32", "bfloat16"),  # one group at a time
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}-d{c[3]}-{c[5]}"
+                         f"-kt{int(c[6])}-{c[7]}-{c[8]}")
+def test_attention_matches_reference(rng, case):
+    batch, sq, sk, d, dv, kind, kt, dtype, compute = case
+    q = as_dtype(rng.standard_normal((*batch, sq, d)), dtype)
+    k = as_dtype(rng.standard_normal((*batch, sk, d)), dtype)
+    v = as_dtype(rng.standard_normal((*batch, sk, dv)), dtype)
+    if kt:
+        k = np.ascontiguousarray(np.swapaxes(k, -1, -2))
+    kwargs = {}
+    mask = None
+    if kind == "bias":  # per batch item, broadcast over heads and queries; some -inf keys
+        mask = (rng.standard_normal((*batch[:1], *([1] * (len(batch) - 1)), 1, sk)) * 3)
+        mask = mask.astype(np.float32)
+        mask[..., :3] = -np.inf
+        kwargs["mask"] = mask
+    elif kind == "bool":
+        mask = rng.random((*batch[:1], 1, sq, sk)) > 0.3
+        mask[0, 0, 5, :] = False  # a fully masked row
+        kwargs["mask"] = mask
+    result = run(attention, [q, k, v], (*batch, sq, dv), dtype, scale=d ** -0.5,
+                 mask_kind=kind, k_transposed=kt, compute_dtype=compute, **kwargs)
+    want = reference(q, k, v, d ** -0.5, mask, kind, kt, compute)
+    assert_close(result.output, want, dtype, rtol=1.5e-2 if compute == "bfloat16" else 1e-4)
+    if kind == "bool":
+        assert np.all(result.output.astype(np.float32)[0, 0, 5] == 0)
+
+
+def test_attention_scores_stay_on_chip():
+    """A fused QKV buffer read as per-head views: the only DMA traffic is q, k, v and out."""
+    b, s, h, d = 2, 128, 8, 64
+
+    def fused(out, qkv):
+        def part(i):
+            return hbm_view(qkv, (b, h, s, d), (s * 3 * h * d, d, 3 * h * d, 1), offset=i * h * d)
+
+        attention(hbm_view(out, (b, h, s, d), (s * h * d, d, h * d, 1)), part(0), part(1),
+                  part(2), scale=0.125)
+
+    result = run(fused, [ArraySpec((b, s, 3 * h * d), "bfloat16")], (b, s, h * d), "bfloat16",
+                 target="inf2")
+    summary = result.profile.summary
+    assert summary.dma_bytes <= 2 * (b * s * 3 * h * d + b * s * h * d) * 1.01
+    assert summary.hbm_write_bytes == 2 * b * s * h * d
+
+
+def test_attention_limits_are_explicit(rng):
+    q = rng.standard_normal((1, 4, 256)).astype(np.float32)
+    with pytest.raises(UnsupportedError, match="head dim 256"):
+        run(attention, [q, q, q], (1, 4, 256), "float32", scale=1.0)

@@ -1,0 +1,75 @@
+"""k.elementwise, copy (strided, transposing, reshaping views), concat and pad."""
+
+import numpy as np
+import pytest
+
+from tests.kernels.conftest import BF16, assert_close
+from trnsim.compiler.fused import Step
+from trnsim.compiler.lowering.steps import to_callable
+from trnsim.isa.ops import ACTIVATIONS
+from trnsim.kernels import concat, copy, elementwise, pad
+from trnsim.kernels.harness import run
+from trnsim.kernels.layout import hbm_view
+from trnsim.nki import language as nl
+
+
+def test_elementwise_broadcasts_columns_rows_and_dtypes(rng):
+    a = rng.standard_normal((4, 300, 70)).astype(np.float32)
+    col = rng.standard_normal((300, 1)).astype(np.float32)
+    row = rng.standard_normal((70,)).astype(BF16)
+    program = lambda t: nl.add(nl.multiply(nl.gelu(t[0]), t[1]), t[2])  # noqa: E731
+    result = run(elementwise, [[a, col, row]], a.shape, "float32", program=program)
+    want = ACTIVATIONS["gelu"](a) * col + row.astype(np.float32)
+    assert_close(result.output, want, "float32")
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_elementwise_compiler_program_on_dense_tensors(rng, out_dtype):
+    """Dense operands of any shape go through [128, n / 128] blocks (odd sizes leave a tail)."""
+    x = rng.standard_normal((3, 7, 61)).astype(np.float32)
+    y = rng.standard_normal((3, 7, 61)).astype(np.float32)
+    program = to_callable((Step("sub", ("in0", "in1")), Step("tanh", ("s0",)),
+                           Step("mul", ("s1", 2.0))), has_acc=False)
+    result = run(elementwise, [[x, y]], x.shape, out_dtype, program=program)
+    assert_close(result.output, np.tanh(x - y) * 2, out_dtype)
+
+
+def test_copy_of_permuted_transposed_and_reshaped_views(rng):
+    a = rng.standard_normal((4, 300, 70)).astype(np.float32)
+
+    def permuted(out, x):  # unit stride on a middle axis
+        copy(out, hbm_view(x, (70, 4, 300), (1, 300 * 70, 70)))
+
+    def transposed(out, x):  # the last two axes swapped: TensorE transposes
+        copy(out, hbm_view(x, (4, 70, 300), (300 * 70, 1, 70)))
+
+    def reshaped(out, x):  # a transposed view copied into another shape, row-major order
+        copy(out, hbm_view(x, (4, 70, 300), (300 * 70, 1, 70)))
+
+    assert_close(run(permuted, [a], (70, 4, 300), "float32").output, a.transpose(2, 0, 1),
+                 "float32", rtol=0)
+    assert_close(run(transposed, [a], (4, 70, 300), "float32").output, a.transpose(0, 2, 1),
+                 "float32", rtol=0)
+    assert_close(run(reshaped, [a], (4, 21000), "float32").output,
+                 a.transpose(0, 2, 1).reshape(4, -1), "float32", rtol=0)
+
+
+def test_copy_reshape_without_a_common_refinement(rng):
+    """[6, 4] (a strided view) into [4, 6]: made dense first, then copied flat."""
+    b = np.arange(24, dtype=np.float32)
+
+    def kernel(out, x):
+        copy(out, hbm_view(x, (6, 4), (1, 6)))
+
+    result = run(kernel, [b], (4, 6), "float32")
+    assert np.array_equal(result.output, b.reshape(4, 6).T.reshape(4, 6))
+
+
+def test_concat_and_pad(rng):
+    a = rng.standard_normal((4, 30, 7)).astype(np.float32)
+    parts = [a, a[:, :5], a[:, :11]]
+    result = run(concat, [parts], (4, 46, 7), "float32", axis=1)
+    assert np.array_equal(result.output, np.concatenate(parts, axis=1))
+    result = run(pad, [a], (4, 31, 10), "float32", pads=((0, 0), (3, -2), (1, 2)), value=-1.5)
+    want = np.pad(a[:, :-2], ((0, 0), (3, 0), (1, 2)), constant_values=-1.5)
+    assert np.array_equal(result.output, want)

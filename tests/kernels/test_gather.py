@@ -1,0 +1,48 @@
+"""k.gather: rows by indirect DMA, elements by GpSimd gather; indices only known at run time."""
+
+import numpy as np
+import pytest
+
+from trnsim.errors import TrnsimError
+from trnsim.kernels import gather
+from trnsim.kernels.harness import ArraySpec, run
+
+
+def test_embedding_rows(rng):
+    table = rng.standard_normal((1000, 64)).astype(np.float32)
+    ids = rng.integers(0, 1000, (2, 150)).astype(np.int32)
+    result = run(gather, [table, ids], (2, 150, 64), "float32", kind="embedding")
+    assert np.array_equal(result.output, table[ids])
+    assert any(r.opcode == "DmaIndirect" for r in result.profile.records)
+
+
+def test_embedding_timing_does_not_need_index_values():
+    """A BERT-sized table: the indices' values are unknown in a timing-only run."""
+    result = run(gather, [ArraySpec((30522, 1024), "float32"), ArraySpec((1, 128), "int32")],
+                 (1, 128, 1024), "float32", kind="embedding", target="inf2")
+    assert 1_000 < result.total_ns < 20_000
+
+
+def test_index_select_gather_and_index(rng):
+    x = rng.standard_normal((5, 30, 8)).astype(np.float32)
+    i1 = rng.integers(0, 30, (7,)).astype(np.int32)
+    assert np.array_equal(run(gather, [x, i1], (5, 7, 8), "float32", kind="index_select",
+                              axis=1).output, np.take(x, i1, axis=1))
+    last = rng.integers(0, 8, (5, 30, 3)).astype(np.int32)
+    assert np.array_equal(run(gather, [x, last], (5, 30, 3), "float32", kind="gather",
+                              axis=2).output, np.take_along_axis(x, last, 2))
+    middle = rng.integers(0, 30, (5, 4, 8)).astype(np.int32)
+    assert np.array_equal(run(gather, [x, middle], (5, 4, 8), "float32", kind="gather",
+                              axis=1).output, np.take_along_axis(x, middle, 1))
+    a0 = rng.integers(0, 5, (3, 4)).astype(np.int32)
+    a1 = rng.integers(0, 30, (3, 4)).astype(np.int32)
+    assert np.array_equal(run(gather, [x, a0, a1], (3, 4, 8), "float32", kind="index",
+                              dims=(0, 1)).output, x[a0, a1])
+    assert np.array_equal(run(gather, [x, a1], (5, 3, 4, 8), "float32", kind="index",
+                              dims=(1,)).output, x[:, a1])
+
+
+def test_out_of_range_index_is_an_error(rng):
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    with pytest.raises(TrnsimError, match="outside"):
+        run(gather, [table, np.array([3, 10], np.int32)], (2, 4), "float32", kind="embedding")

@@ -1,0 +1,167 @@
+"""k.matmul against numpy: shapes, dtypes, transposes, bias, epilogues, orientation, batching."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tests.kernels.conftest import as_dtype, assert_close, loaded
+from trnsim.compiler.fused import Step
+from trnsim.compiler.lowering.steps import to_callable
+from trnsim.isa.ops import ACTIVATIONS
+from trnsim.kernels import matmul
+from trnsim.kernels.harness import ArraySpec, run
+from trnsim.kernels.layout import hbm_view
+from trnsim.nki import language as nl
+
+
+@dataclass(frozen=True)
+class Case:
+    m: int
+    k: int
+    n: int
+    batch_a: tuple = ()
+    batch_b: tuple = ()
+    ta: bool = False
+    tb: bool = False
+    bias: bool = False
+    dtype: str = "float32"  # HBM dtype of a, b and out
+    compute: str = "bfloat16"
+    stationary: str = "a"
+    epilogue: str | None = None  # "gelu", "tanh_residual", "steps"
+
+
+CASES = [
+    Case(128, 256, 512),
+    Case(200, 300, 700, bias=True),
+    Case(200, 300, 700, ta=True, tb=True, bias=True, compute="float32"),
+    Case(64, 300, 700, bias=True, stationary="b"),
+    Case(3, 130, 257, ta=True, tb=True, stationary="b", epilogue="tanh_residual"),
+    Case(96, 520, 160, dtype="bfloat16", epilogue="gelu"),
+    Case(40, 1100, 96, tb=True, compute="float32"),  # K chunks of the k-streamed path
+    Case(700, 256, 300, bias=True, epilogue="steps"),  # many row tiles, bias then epilogue
+    Case(16, 64, 48, batch_a=(2, 3), batch_b=(), bias=True),  # batch folded into m
+    Case(16, 64, 48, batch_a=(2, 3), batch_b=(3,), tb=True),  # broadcast batch
+    Case(33, 70, 40, batch_a=(2,), batch_b=(2,), ta=True, stationary="b"),
+    Case(600, 256, 96, stationary="b"),  # m > 512: b is not used (same cycles, no transposes)
+]
+
+
+def _reference(c: Case, a, b, bias, extra):
+    x = loaded(a, c.compute)
+    y = loaded(b, c.compute)
+    x = np.swapaxes(x, -1, -2) if c.ta else x
+    y = np.swapaxes(y, -1, -2) if c.tb else y
+    acc = np.matmul(x, y).astype(np.float32)
+    if c.bias:
+        acc = acc + bias
+    if c.epilogue == "gelu":
+        acc = ACTIVATIONS["gelu"](acc)
+    elif c.epilogue == "tanh_residual":
+        acc = np.tanh(acc) + extra.astype(np.float32)
+    elif c.epilogue == "steps":
+        acc = np.maximum(acc * np.float32(0.5) + extra.astype(np.float32), 0)
+    return acc
+
+
+def _epilogue(c: Case):
+    if c.epilogue == "gelu":
+        return lambda acc, extras: nl.gelu(acc)
+    if c.epilogue == "tanh_residual":
+        return lambda acc, extras: nl.add(nl.tanh(acc), extras[0])
+    if c.epilogue == "steps":  # built exactly as the compiler's lowering builds epilogues
+        program = (Step("mul", ("acc", 0.5)), Step("add", ("s0", "in3")),
+                   Step("relu", ("s1",)))
+        return to_callable(program, has_acc=True, first_operand=3)
+    return None
+
+
+@pytest.mark.parametrize("c", CASES, ids=lambda c: f"{c.m}x{c.k}x{c.n}-{c.dtype}-{c.compute}-"
+                         f"t{int(c.ta)}{int(c.tb)}-{c.stationary}-{c.epilogue}")
+def test_matmul_matches_numpy(rng, c):
+    a_shape = (*c.batch_a, *((c.k, c.m) if c.ta else (c.m, c.k)))
+    b_shape = (*c.batch_b, *((c.n, c.k) if c.tb else (c.k, c.n)))
+    a = as_dtype(rng.standard_normal(a_shape), c.dtype)
+    b = as_dtype(rng.standard_normal(b_shape) / np.sqrt(c.k), c.dtype)
+    bias = rng.standard_normal(c.n).astype(np.float32)
+    batch = np.broadcast_shapes(c.batch_a, c.batch_b)
+    out_shape = (*batch, c.m, c.n)
+    extra = as_dtype(rng.standard_normal(out_shape if c.epilogue != "tanh_residual"
+                                         else (c.n,)), c.dtype)
+    kwargs = dict(transpose_a=c.ta, transpose_b=c.tb, compute_dtype=c.compute,
+                  stationary=c.stationary, epilogue=_epilogue(c))
+    if c.bias:
+        kwargs["bias"] = bias
+    if c.epilogue in ("tanh_residual", "steps"):
+        kwargs["extras"] = (extra,)
+    result = run(matmul, [a, b], out_shape, c.dtype, **kwargs)
+    assert_close(result.output, _reference(c, a, b, bias, extra), c.dtype)
+
+
+def test_matmul_reads_a_transposed_weight_view_as_rows(rng):
+    """b given as the [k, n] transposed view of an [n, k] weight (as torch's linear traces):
+    read as rows and transposed on TensorE, never with one DMA descriptor per element."""
+    a = rng.standard_normal((64, 256)).astype(np.float32)
+    w = rng.standard_normal((384, 256)).astype(np.float32)
+
+    def kernel(out, a, w):
+        matmul(out, a, hbm_view(w, (256, 384), (1, 256)))
+
+    result = run(kernel, [a, w], (64, 384), "float32")
+    assert_close(result.output, loaded(a, "bfloat16") @ loaded(w, "bfloat16").T, "float32")
+    slowest_dma = max(r.end_ns - r.start_ns for r in result.profile.records if r.engine == "dma")
+    assert slowest_dma < 10_000  # an element-granular weight load takes ~0.5 ms
+
+
+def test_matmul_folds_a_non_uniform_batch_by_staging_it(rng):
+    """a [s, b, k] read as [b, s, k] (a permuted view): rows do not step uniformly, so a is made
+    dense once and the weight is still streamed once for the whole batch."""
+    a = rng.standard_normal((8, 2, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+
+    def kernel(out, a, w):
+        matmul(out, hbm_view(a, (2, 8, 64), (64, 128, 1)), w)
+
+    result = run(kernel, [a, w], (2, 8, 96), "float32")
+    want = loaded(a.transpose(1, 0, 2), "bfloat16") @ loaded(w, "bfloat16")
+    assert_close(result.output, want, "float32")
+    weight_loads = [r for r in result.profile.records
+                    if r.opcode == "DmaCopy" and any("in1" in o for o in r.operands)]
+    assert sum(r.bytes for r in weight_loads) <= w.nbytes  # cast to bf16 on the way in
+
+
+def test_weight_streaming_reads_each_weight_byte_once_and_keeps_dma_busy():
+    """128 tokens x [1024, 3072] bf16 weights: DMA-bound; the kernel must move about the
+    roofline's bytes and keep the DMA engines busy most of the time."""
+    m, k, n = 128, 1024, 3072
+    result = run(matmul, [ArraySpec((m, k), "bfloat16"), ArraySpec((k, n), "bfloat16")],
+                 (m, n), "bfloat16", target="inf2")
+    summary = result.profile.summary
+    ideal = 2 * (m * k + k * n + m * n)
+    assert summary.dma_bytes < 1.05 * ideal
+    roofline_ns = ideal / (16 * 17e9) * 1e9
+    assert result.total_ns < 1.4 * roofline_ns, (result.total_ns, roofline_ns)
+
+
+def test_compute_bound_matmul_keeps_tensor_engine_busy():
+    m, k, n = 1024, 1024, 1024
+    result = run(matmul, [ArraySpec((m, k), "bfloat16"), ArraySpec((k, n), "bfloat16")],
+                 (m, n), "bfloat16", target="inf2")
+    assert result.profile.summary.engine_utilisation["tensor"] > 0.6
+
+
+def test_matmul_runs_on_trainium2(rng):
+    a = rng.standard_normal((130, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    result = run(matmul, [a, b], (130, 300), "float32", target="trn2")
+    assert_close(result.output, loaded(a, "bfloat16") @ loaded(b, "bfloat16"), "float32")
+
+
+def test_long_contraction_rows_are_transposed_in_hbm_first():
+    """K = 10240 rows of a too large to keep resident do not fit SBUF's streaming buffers next
+    to a 512-column resident b: the kernel writes a^T to an internal HBM tensor (TensorE
+    transposes, the `copy` kernel) and streams it K-major."""
+    result = run(matmul, [ArraySpec((768, 10240), "bfloat16"), ArraySpec((10240, 512), "bfloat16")],
+                 (768, 512), "bfloat16")
+    internal = [t.shape for t in result.program.tensors.values() if t.kind == "internal"]
+    assert internal == [(10240, 768)]

@@ -1,0 +1,61 @@
+"""k.reduce, k.softmax and k.cumsum against trnsim.compiler.interpret."""
+
+import numpy as np
+import pytest
+
+from tests.kernels.conftest import assert_close
+from trnsim.compiler import interpret as ref
+from trnsim.compiler.fused import Step
+from trnsim.compiler.lowering.steps import to_callable
+from trnsim.kernels import cumsum, reduce, softmax
+from trnsim.kernels.harness import run
+from trnsim.numerics import dtype
+
+OPS = ["sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var"]
+AXES = [((2,), False), ((0,), True), ((1, 2), False), ((), False)]
+CASES = [(op, axes, keep) for op in OPS for axes, keep in AXES
+         if not (op.startswith("arg") and len(axes) == 2) and not (op == "var" and not axes)]
+
+
+@pytest.mark.parametrize("op,axes,keepdim", CASES, ids=lambda v: str(v))
+def test_reduce_matches_reference(rng, op, axes, keepdim):
+    x = rng.standard_normal((3, 200, 130)).astype(np.float32)
+    if op == "prod":
+        x = 1 + 0.01 * x
+    if op in ("any", "all"):
+        x = (x > (1.5 if op == "any" else -2.5)).astype(np.float32)
+    out_dtype = "int32" if op.startswith("arg") else "float32"
+    want = ref.reduce(op, x, axes, keepdim, dtype(out_dtype), 1)
+    result = run(reduce, [x], want.shape, out_dtype, op=op, axes=axes, keepdim=keepdim,
+                 correction=1)
+    assert_close(result.output, want, "float32", rtol=1e-3)
+
+
+def test_reduce_with_prologue_and_correction(rng):
+    x = rng.standard_normal((64, 300)).astype(np.float32)
+    prologue = to_callable((Step("mul", ("in0", "in0")),), has_acc=False)
+    result = run(reduce, [x], (64,), "float32", op="sum", axes=(1,), prologue=prologue)
+    assert_close(result.output, (x * x).sum(axis=1), "float32")
+    result = run(reduce, [x], (64, 1), "float32", op="var", axes=(1,), keepdim=True,
+                 correction=0)
+    assert_close(result.output, x.var(axis=1, keepdims=True), "float32")
+
+
+@pytest.mark.parametrize("shape,axis,log,masked", [((300, 70), 1, False, False),
+                                                  ((4, 5, 9000), 2, True, True),
+                                                  ((64, 10, 3), 1, False, False)])
+def test_softmax_matches_reference(rng, shape, axis, log, masked):
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    kwargs, bias = {}, 0
+    if masked:
+        bias = rng.standard_normal((1, 1, shape[-1])).astype(np.float32)
+        kwargs["mask"] = bias
+    result = run(softmax, [x], shape, "float32", axis=axis, scale=0.7, log=log, **kwargs)
+    assert_close(result.output, ref.softmax(x * np.float32(0.7) + bias, axis, log), "float32")
+
+
+@pytest.mark.parametrize("shape,axis", [((130, 5000), 1), ((20, 30, 4), 1)])
+def test_cumsum(rng, shape, axis):
+    x = rng.standard_normal(shape).astype(np.float32)
+    result = run(cumsum, [x], shape, "float32", axis=axis)
+    assert_close(result.output, np.cumsum(x, axis=axis), "float32")
