@@ -83,3 +83,33 @@ def test_bert_layers_are_traced_once_and_replayed(zoo):
     for first, second in repeated:
         assert first.instructions == second.instructions
         assert first.flops == second.flops
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit"])
+def test_models_run_on_inferentia_without_gpsimd(zoo, name):
+    """NeuronCore-v1 has no GpSimd: identity, causal masks and column numbers come from HBM
+    constants instead, and side work runs on VectorE; the numbers must not change."""
+    import trnsim
+
+    m = zoo.get(name)
+    compiled = trnsim.trace(m.model, m.example, instance="inf1.xlarge")
+    program = compiled.program
+    assert not any(i.engine.name == "GPSIMD" for i in program.instructions)
+    _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
+
+
+def test_internal_hbm_tensors_share_buffers(zoo):
+    """Intermediates dead by the next layer share device memory (and the results stay right)."""
+    import trnsim
+    from trnsim.compiler.lowering.hbm import SLOT_PREFIX
+
+    m = zoo.get("bert")
+    compiled = trnsim.trace(m.model, m.example, instance="inf2.xlarge")
+    tensors = compiled.program.tensors.values()
+    internal = [t for t in tensors if t.kind == "internal"]
+    assert internal and all(t.name.startswith(SLOT_PREFIX) for t in internal)
+    written = {ap.tensor for ins in compiled.program.instructions for ap in ins.writes()
+               if ap.tensor.startswith(SLOT_PREFIX)}
+    # more intermediates were written than there are buffers holding them
+    kernels_writing_hbm = len([k for k in compiled.kernels if k.op != "output"])
+    assert len(written) == len(internal) < kernels_writing_hbm

@@ -309,3 +309,31 @@ def test_reduce_last_axis_of_a_dense_3d_tile(rng):
         return out
 
     np.testing.assert_array_equal(k(a), a.max(axis=2))
+
+
+def test_iota_keeps_an_axis_with_a_zero_coefficient():
+    """`i_f + 0 * i_p` spans the partitions: every partition holds the column numbers."""
+
+    @nki.jit
+    def columns(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        nl.store(out, value=nisa.iota(i_f + 0 * i_p, dtype=nl.float32))
+        return out
+
+    got = columns(np.zeros((1,), np.float32))
+    np.testing.assert_array_equal(got, np.tile(np.arange(64, dtype=np.float32), (128, 1)))
+
+
+def test_sbuf_fragmentation_is_reported_as_such():
+    from trnsim.isa import Memory
+    from trnsim.nki.trace import RingAllocator
+
+    ring = RingAllocator(Memory.SBUF, 1000, core_name="NeuronCore-v2")
+    first, _second, third = (ring.allocate(300, n, 4) for n in ("a", "b", "c"))
+    ring.free(first)
+    ring.free(third)
+    ring.allocate(100, "d", 4)  # at the cursor (after c's old place): the free space is split
+    with pytest.raises(LimitExceededError, match=r"contiguous bytes per partition 500 exceeds "
+                                                 r"limit \d+ .*fragments"):
+        ring.allocate(500, "big", 4)

@@ -309,20 +309,23 @@ def test_nl_operations_as_values(rng):
     np.testing.assert_allclose(got[:, 80], np.exp(x).sum(axis=1), rtol=1e-5)
 
 
+@jit(platform_target="trn2")
+def _gather_rows(table, idx_hbm):
+    """Rows of an HBM table picked by per-partition indices (vector_offset DMA)."""
+    p, f = idx_hbm.shape[0], table.shape[1]
+    out = nl.ndarray((p, f), dtype=table.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((p, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=idx_hbm)
+    rows = nl.ndarray((p, f), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=table.ap(pattern=[[f, p], [1, f]], vector_offset=idx, indirect_dim=0))
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
 def test_vector_offset_gather_and_scatter_by_dma(rng):
     data = rng.standard_normal((32, 16)).astype(np.float32)
     indices = rng.permutation(32)[:8].reshape(8, 1).astype(np.uint32)
-
-    @jit(platform_target="trn2")
-    def gather(table, idx_hbm):
-        p, f = idx_hbm.shape[0], table.shape[1]
-        out = nl.ndarray((p, f), dtype=table.dtype, buffer=nl.shared_hbm)
-        idx = nl.ndarray((p, 1), dtype=nl.uint32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=idx, src=idx_hbm)
-        rows = nl.ndarray((p, f), dtype=table.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=rows, src=table.ap(pattern=[[f, p], [1, f]], vector_offset=idx, indirect_dim=0))
-        nisa.dma_copy(dst=out, src=rows)
-        return out
+    gather = _gather_rows
 
     np.testing.assert_array_equal(gather(data, indices), data[indices[:, 0]])
 
@@ -345,6 +348,13 @@ def test_vector_offset_gather_and_scatter_by_dma(rng):
     bad[3, 0] = 40  # past the table
     with pytest.raises(InvalidArgumentError, match=r"index 40 .*oob_mode=skip"):
         gather(data, bad)
+
+
+def test_vector_offset_gather_from_a_table_over_65535_elements(rng):
+    """An embedding-sized table (the whole-tensor extent does not fit one uint16 size field)."""
+    data = rng.standard_normal((1000, 96)).astype(np.float32)
+    indices = np.array([[999], [0], [512], [3]], dtype=np.uint32)
+    np.testing.assert_array_equal(_gather_rows(data, indices), data[indices[:, 0]])
 
 
 def test_oob_mode_skip_drops_out_of_bounds_register_addressed_copies(rng):

@@ -3,7 +3,7 @@
 Data and derived figures only; every other layer reads its clocks, sizes and bandwidths here.
 """
 
-from trnsim.hardware.catalog import chip, core, instance, instance_names
+from trnsim.hardware.catalog import chip, core, core_variant, instance, instance_names
 from trnsim.hardware.chips import CHIPS, ChipSpec
 from trnsim.hardware.cores import (
     CORES,
@@ -39,6 +39,7 @@ __all__ = [
     "Topology",
     "chip",
     "core",
+    "core_variant",
     "efa_bytes_per_s_per_chip",
     "fabric_spec",
     "instance",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from trnsim.errors import UnknownNameError
 from trnsim.hardware.chips import CHIPS, ChipSpec
 from trnsim.hardware.cores import CORES, CoreSpec
@@ -76,3 +80,29 @@ def instance(name: str) -> InstanceSpec:
 
 def instance_names() -> list[str]:
     return [i.name for i in INSTANCES]
+
+
+@contextmanager
+def core_variant(version: int | str, **changes) -> Iterator[CoreSpec]:
+    """Within the block, NeuronCore `version` (and every chip and instance built on it) has the
+    given changes: ``core_variant(2, dma={"descriptor_overhead_bytes": 0})``. A dict value
+    changes fields of a nested spec. For what-if studies (benchmarks/accuracy.py); not
+    thread-safe."""
+    global _CORES, _CHIPS, _INSTANCES
+    base = core(version)
+    fields = {}
+    for name, value in changes.items():
+        if isinstance(value, dict):
+            value = dataclasses.replace(getattr(base, name), **value)
+        fields[name] = value
+    variant = dataclasses.replace(base, **fields)
+    chips = {id(c): dataclasses.replace(c, core=variant) for c in CHIPS if c.core is base}
+    saved = _CORES, _CHIPS, _INSTANCES
+    _CORES = {k: variant if v is base else v for k, v in _CORES.items()}
+    _CHIPS = {k: chips.get(id(v), v) for k, v in _CHIPS.items()}
+    _INSTANCES = {k: dataclasses.replace(v, chip=chips[id(v.chip)]) if id(v.chip) in chips else v
+                  for k, v in _INSTANCES.items()}
+    try:
+        yield variant
+    finally:
+        _CORES, _CHIPS, _INSTANCES = saved

@@ -34,9 +34,11 @@ from trnsim.kernels.layout import (
     P,
     broadcast_to_shape,
     ceil_div,
+    has_gpsimd,
     hbm_strides,
     hbm_view,
     kernel_scope,
+    load_constant,
     tiles,
 )
 from trnsim.nki import isa as nisa
@@ -282,11 +284,16 @@ class _Attention:
         if self.scale == 0:
             raise UnsupportedError("attention with a mask and scale 0")
         if self.mask_kind == "causal":
-            i_q, i_k = nl.mgrid[0:P, 0:self.sk]
-            zeros = nl.ndarray((P, self.sk), dtype=self.dtype, buffer=nl.sbuf)
-            zeros[...] = nisa.memset((P, self.sk), 0.0, self.dtype)
             high = nl.ndarray((P, 1, self.sk), dtype=self.dtype, buffer=nl.sbuf)
-            high[:, 0, :] = nisa.affine_select(q0 + i_q - i_k >= 0, zeros, NEG / self.scale)
+            if has_gpsimd():
+                i_q, i_k = nl.mgrid[0:P, 0:self.sk]
+                zeros = nl.ndarray((P, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+                zeros[...] = nisa.memset((P, self.sk), 0.0, self.dtype)
+                high[:, 0, :] = nisa.affine_select(q0 + i_q - i_k >= 0, zeros, NEG / self.scale)
+            else:
+                keep = q0 + np.arange(P)[:, None] - np.arange(self.sk)[None, :] >= 0
+                load_constant(high[:, 0, :], np.where(keep, 0.0, NEG / self.scale),
+                              f"causal_mask.q{q0}.k{self.sk}.s{self.scale:.6g}")
             return _MaskTerms(self.constants, [high], shared_rows=False, per_head=False)
         view = _HeadViews.at(self.views.mask, index)
         per_head = hbm_strides(view)[0] != 0
@@ -316,10 +323,13 @@ class _Constants:
     def __init__(self, dtype) -> None:
         self.ones = nl.ndarray((1, P), dtype=dtype, buffer=nl.sbuf)
         self.ones[...] = nisa.memset((1, P), 1.0, dtype)
+        self.identity = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
+        if not has_gpsimd():
+            load_constant(self.identity, np.eye(P), "identity")
+            return
         ones = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
         ones[...] = nisa.memset((P, P), 1.0, dtype)
         i_p, i_f = nl.mgrid[0:P, 0:P]
-        self.identity = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
         self.identity[...] = nisa.affine_select(i_p - i_f == 0, ones, 0.0)
 
 

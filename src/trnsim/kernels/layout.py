@@ -14,6 +14,10 @@ broadcast) layout. These helpers turn them into what the engines want:
   stride-0 innermost axis would otherwise cost one DMA descriptor per element).
 - `broadcast_row`: a vector on all 128 partitions via one TensorE ones-matmul per 512 columns.
 - `Evictor`: PSUM -> SBUF copies, alternated between ScalarE and VectorE.
+- `spare_engine`: GpSimd for side work that would otherwise queue on VectorE, where the core has
+  one (NeuronCore-v1 does not; there the work goes to VectorE).
+- `has_gpsimd`, `load_constant`: patterns GpSimd generates on chip (identity, causal masks, column
+  numbers) are, on a core without it, constants the compiler embeds in HBM and one DMA loads.
 - `problems_2d`, `row_problems`: N-D element-wise work cut into 2-D [rows, columns] problems.
 """
 
@@ -24,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from math import prod
 
+import numpy as np
+
 from trnsim.errors import InvalidArgumentError
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
@@ -33,9 +39,9 @@ from trnsim.numerics import dtype as as_dtype
 
 P = 128  # partitions; TensorE contraction tile and stationary free size
 BANK_FP32 = 512  # fp32 elements per partition in one PSUM bank (2 KiB); TensorE moving limit
-# SBUF bytes per partition a kernel plans to hold in operand buffers; the rest (of 176 KiB usable
-# on NeuronCore-v2) is left for staging, evictions and the next kernel's prefetch.
-OPERAND_BUDGET_BYTES = 128 * 1024
+# SBUF bytes per partition a kernel leaves outside its operand buffers, for staging, evictions
+# and the next kernel's prefetch; operands get the rest (128 KiB of NeuronCore-v2's 176 usable).
+KERNEL_HEADROOM_BYTES = 48 * 1024
 # A DMA moves one descriptor per contiguous run; runs of at least this many bytes per partition
 # keep the engines above ~90% of their rate (hardware.md section 6, fact 7).
 EFFICIENT_RUN_BYTES = 4096
@@ -157,6 +163,32 @@ def as_matrix(tile: Tile) -> Tile:
     return folded
 
 
+KERNEL_CONSTANT_PREFIX = "kernel_const."  # HBM constants a kernel (not the model) supplies
+
+
+def operand_budget_bytes(core=None) -> int:
+    """SBUF bytes per partition a kernel may plan to hold in operand buffers on `core`."""
+    core = core or current_trace().core
+    return core.sbuf_usable_bytes_per_partition - KERNEL_HEADROOM_BYTES
+
+
+def has_gpsimd() -> bool:
+    return current_trace().core.gpsimd is not None
+
+
+def spare_engine():
+    """The engine for element-wise side work kept off VectorE: GpSimd if the target core has one."""
+    return nisa.gpsimd_engine if has_gpsimd() else nisa.vector_engine
+
+
+def load_constant(dst: Tile, values: np.ndarray, name: str) -> None:
+    """dst <- values through a constant HBM tensor (cast to dst's dtype when the program loads)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    src = current_trace().hbm_tensor(KERNEL_CONSTANT_PREFIX + name, values.shape, dst.dtype,
+                                     kind="constant", data=values)
+    dst[...] = nl.load(src)
+
+
 # --- loads ---------------------------------------------------------------------------------------
 
 def load_block(dst: Tile, src: Tile) -> None:
@@ -170,7 +202,7 @@ def load_block(dst: Tile, src: Tile) -> None:
     if col_stride == 0 and cols > 1:
         column = nl.ndarray((rows, 1), dtype=src.dtype, buffer=nl.sbuf)
         column[...] = nl.load(src[:, 0:1])
-        dst[...] = nisa.tensor_copy(column.ap([[1, rows], [0, cols]]), engine=nisa.gpsimd_engine)
+        dst[...] = nisa.tensor_copy(column.ap([[1, rows], [0, cols]]), engine=spare_engine())
         return
     dst[...] = nl.load(src)
 

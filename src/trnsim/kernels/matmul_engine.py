@@ -48,6 +48,7 @@ from trnsim.kernels.layout import (
     P,
     ceil_div,
     kernel_scope,
+    operand_budget_bytes,
     tiles,
 )
 from trnsim.kernels.matmul_plan import (
@@ -87,8 +88,10 @@ class Engine:
         self.max_acc_banks = max_acc_banks
         self.evictor = evictor or Evictor()
         self.compute_bytes = as_dtype(compute_dtype).itemsize
+        core = core_of_trace()
         self.plan = choose_plan(self.rows, self.cols, self.k, lhs, rhs, self.compute_bytes,
-                                max_acc_banks, self._compute_bound(core_of_trace(), out_bytes))
+                                max_acc_banks, self._compute_bound(core, out_bytes),
+                                operand_budget_bytes(core))
         self.tiling = KTiling(self.k, self.plan.interleave)
 
     def _compute_bound(self, core, out_bytes: int) -> bool:

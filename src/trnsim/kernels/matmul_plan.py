@@ -15,7 +15,6 @@ from trnsim.kernels.layout import (
     BANK_FP32,
     DMA_PIECE_BYTES,
     EFFICIENT_RUN_BYTES,
-    OPERAND_BUDGET_BYTES,
     P,
     ceil_div,
     hbm_strides,
@@ -31,7 +30,7 @@ class NeedsKMajor(UnsupportedError):
 STAGES = 3  # staging buffers of a streamed row-major operand by default (fetch-ahead 2)
 
 MAX_BLOCK = 2048  # widest streamed block: 2048 bf16 columns = 4 KiB per descriptor
-RESIDENT_BUDGET_BYTES = 80 * 1024  # SBUF per partition a resident operand may take
+RESIDENT_SHARE = 5 / 8  # of the operand budget, what a resident operand may take (80 of 128 KiB)
 # PSUM banks all accumulators of a k-streamed block may take (the ring alternates two such sets)
 K_STREAM_BANKS = 4
 
@@ -122,31 +121,33 @@ class Plan:
 
 
 def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, compute_bytes: int,
-                max_acc_banks: int, compute_bound: bool = True) -> Plan:
+                max_acc_banks: int, compute_bound: bool = True, budget: int = 128 * 1024) -> Plan:
     """Pick residency, block widths, K chunking and K tiling for ``[rows, K] @ [K, cols]``.
 
     `compute_bound`: TensorE, not DMA, is expected to bound the kernel; then a start that gets
-    TensorE going early (R resident, first pass) beats one that orders DMA best."""
+    TensorE going early (R resident, first pass) beats one that orders DMA best. `budget`: SBUF
+    bytes per partition for operand buffers (`layout.operand_budget_bytes`)."""
+    resident_cap = int(budget * RESIDENT_SHARE)
     kt = ceil_div(k, P)
     lhs_bytes, rhs_bytes = kt * rows * compute_bytes, kt * cols * compute_bytes
     group = min(ceil_div(cols, BANK_FP32), max_acc_banks) * BANK_FP32
     # R resident with L streamed row tile by row tile starts TensorE on the first rows while R
     # is still arriving (`Engine._first_pass`); prefer it when L is many row tiles of rows
     first_pass = (compute_bound and not lhs.k_major and ceil_div(rows, P) > K_STREAM_BANKS
-                  and kt > 1 and rhs_bytes <= RESIDENT_BUDGET_BYTES)
-    if lhs_bytes <= RESIDENT_BUDGET_BYTES and not first_pass and (
-            lhs_bytes <= rhs_bytes or rhs_bytes > RESIDENT_BUDGET_BYTES):
+                  and kt > 1 and rhs_bytes <= resident_cap)
+    if lhs_bytes <= resident_cap and not first_pass and (
+            lhs_bytes <= rhs_bytes or rhs_bytes > resident_cap):
         block, chunk = _stream_shape(rhs, kt, ceil_div(rows, P) * BANK_FP32, compute_bytes,
-                                     OPERAND_BUDGET_BYTES - lhs_bytes, cols, BANK_FP32)
+                                     budget - lhs_bytes, cols, BANK_FP32)
         group = min(group, block) if chunk == kt else block
         return Plan("rhs", block, chunk, cols, group, _interleave(rhs, block, chunk, kt,
                                                                compute_bytes))
     super_block = cols
-    resident_budget = RESIDENT_BUDGET_BYTES
+    resident_budget = resident_cap
     first_rows, stages = 0, 3
     if not lhs.k_major:  # rows streamed 128 at a time: block and staging buffers (StagedLoader)
-        first_rows, stages, buffers = _row_buffers(rows, kt, compute_bytes, cols)
-        resident_budget = min(resident_budget, OPERAND_BUDGET_BYTES - buffers * kt * P
+        first_rows, stages, buffers = _row_buffers(rows, kt, compute_bytes, cols, budget)
+        resident_budget = min(resident_budget, budget - buffers * kt * P
                               * compute_bytes)
     if rhs_bytes > resident_budget:
         super_block = max(BANK_FP32, resident_budget // (kt * compute_bytes)
@@ -157,16 +158,17 @@ def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, comput
     width = min(super_block, cols)
     acc_columns = width if width < BANK_FP32 else round_up(width, BANK_FP32)
     block, chunk = _stream_shape(lhs, kt, acc_columns, compute_bytes,
-                                 OPERAND_BUDGET_BYTES - resident, rows, P)
+                                 budget - resident, rows, P)
     return Plan("lhs", block, chunk, super_block, group,
                 _interleave(lhs, block, chunk, kt, compute_bytes), first_rows, stages)
 
 
-def _row_buffers(rows: int, kt: int, compute_bytes: int, cols: int) -> tuple[int, int, int]:
+def _row_buffers(rows: int, kt: int, compute_bytes: int, cols: int,
+                 budget: int) -> tuple[int, int, int]:
     """(first-pass row tiles, staging stages, row-sized buffers) for streaming L as rows: the
     deepest configuration whose buffers leave room for at least a 512-column resident R."""
     unit = kt * P * compute_bytes  # one 128-row tile, K-major or staged
-    room = OPERAND_BUDGET_BYTES - kt * min(cols, BANK_FP32) * compute_bytes
+    room = budget - kt * min(cols, BANK_FP32) * compute_bytes
     first = min(K_STREAM_BANKS, ceil_div(rows, P)) if ceil_div(rows, P) > 1 and kt > 1 else 0
     for first_rows, stages in ((first, 3), (0, 3), (0, 2)):
         buffers = max(2, first_rows) + stages

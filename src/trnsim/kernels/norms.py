@@ -32,6 +32,7 @@ from trnsim.kernels.layout import (
     merged,
     numel,
     row_problems,
+    spare_engine,
     tiles,
 )
 from trnsim.nki import isa as nisa
@@ -107,7 +108,7 @@ class _RowTile:
             other = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
             other[0:rr] = nl.load(self.residual[self.r0:self.r0 + rr, c0:c0 + cw])
             value[0:rr] = nisa.tensor_tensor(value[0:rr], other[0:rr], np.add,
-                                             engine=nisa.gpsimd_engine)
+                                             engine=spare_engine())
         return value
 
     def one_pass(self) -> None:
@@ -148,7 +149,7 @@ class _RowTile:
                                            bias=shift[0:rr])
             if self.bias is not None:
                 stage[0:rr] = nisa.tensor_tensor(target[0:rr], self.bias[0:rr, c0:c0 + cw],
-                                                 np.add, engine=nisa.gpsimd_engine)
+                                                 np.add, engine=spare_engine())
         else:
             # (x * scale + shift) * w = (x + offset) * w * scale
             weighted = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)

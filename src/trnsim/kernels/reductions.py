@@ -31,10 +31,12 @@ from trnsim.kernels.layout import (
     P,
     broadcast_to_shape,
     ceil_div,
+    has_gpsimd,
     hbm_strides,
     hbm_view,
     kernel_scope,
     load_block,
+    load_constant,
     merged,
     numel,
     row_problems,
@@ -162,8 +164,11 @@ class _Reducer:
     def __init__(self, op: str, count: int, correction: float, prologue) -> None:
         self.op, self.count, self.correction, self.prologue = op, count, correction, prologue
         if op in ("argmax", "argmin"):  # column numbers 0..CHUNK-1 on every partition
-            i_p, i_f = nl.mgrid[0:P, 0:CHUNK]
             self.columns = nl.ndarray((P, CHUNK), dtype=nl.float32, buffer=nl.sbuf)
+            if not has_gpsimd():
+                load_constant(self.columns, np.tile(np.arange(CHUNK), (P, 1)), f"columns.{CHUNK}")
+                return
+            i_p, i_f = nl.mgrid[0:P, 0:CHUNK]
             self.columns[...] = nisa.iota(i_f + CHUNK * i_p, dtype=nl.float32)
             i_q = nl.arange(P)[:, None]
             starts = nisa.iota(CHUNK * i_q, dtype=nl.float32)

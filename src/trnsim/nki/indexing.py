@@ -33,7 +33,8 @@ class IndexExpr:
     __array_priority__ = 1000  # so `np.int64 + expr` defers to us
 
     def __init__(self, terms: dict[IndexAxis, int] | None = None, const: int = 0) -> None:
-        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
+        # zero coefficients are kept: `i_f + 0 * i_p` still spans the partitions (its shape)
+        self.terms = dict(terms or {})
         self.const = int(const)
 
     # --- shape ---------------------------------------------------------------------------------

@@ -149,8 +149,9 @@ class Kernel:
 
     # --- tracing ------------------------------------------------------------------------------
     def trace(self, bound: inspect.BoundArguments, core) -> Traced:
-        key = (core.name, self.grid, tuple((name, _signature(value)) for name, value in
-                                           bound.arguments.items()))
+        # the core itself, not its name: a what-if variant of a core must trace afresh
+        key = (core, self.grid, tuple((name, _signature(value)) for name, value in
+                                      bound.arguments.items()))
         try:
             return self._cache[key]
         except KeyError:

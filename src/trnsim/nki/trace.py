@@ -106,6 +106,12 @@ class RingAllocator:
                 self.peak = max(self.peak, sum(s for s, _ in self.live.values()))
                 return offset
         used = sum(s for s, _ in self.live.values())
+        if used + nbytes <= self.capacity:
+            raise LimitExceededError(
+                f"{self.memory} allocation for tile {name!r}: contiguous bytes per partition",
+                nbytes, self._largest_gap(),
+                context=f"the largest free range of {self.core_name} {self.memory}: {used} bytes "
+                        f"live in {len(self.live)} tiles leave only fragments")
         raise LimitExceededError(
             f"{self.memory} allocation of {nbytes} bytes per partition for tile {name!r} "
             f"({used} bytes live in {len(self.live)} tiles): needs", used + nbytes, self.capacity,
@@ -124,6 +130,14 @@ class RingAllocator:
                 return offset
             offset = -(-(clash[0] + clash[1]) // align) * align
         return None
+
+    def _largest_gap(self) -> int:
+        edges = sorted((o, o + s) for o, (s, _) in self.live.items())
+        gaps, end = [], 0
+        for start, stop in edges:
+            gaps.append(start - end)
+            end = max(end, stop)
+        return max([*gaps, self.capacity - end])
 
     def free(self, offset: int) -> None:
         self.live.pop(offset, None)

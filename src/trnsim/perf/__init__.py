@@ -1,5 +1,13 @@
-"""Performance reports built from simulator profiles (latency, throughput, cost, breakdowns)."""
+"""Performance: model reports (built in `trnsim.runtime.report`), `trnsim bench`, `trnsim validate`."""
 
-from trnsim.perf.report import KernelTime, ModelReport, bound_fractions, build_report, kernel_times
+from trnsim.runtime.report import (
+    KernelTime,
+    ModelReport,
+    bound_fractions,
+    build_report,
+    cost_per_inference,
+    kernel_times,
+)
 
-__all__ = ["KernelTime", "ModelReport", "bound_fractions", "build_report", "kernel_times"]
+__all__ = ["KernelTime", "ModelReport", "bound_fractions", "build_report", "cost_per_inference",
+           "kernel_times"]

@@ -8,12 +8,15 @@ skips lowering. The cache lives in $TRNSIM_CACHE_DIR (default ~/.cache/trnsim; "
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from trnsim import __version__, hardware
 from trnsim.errors import InvalidArgumentError
@@ -93,7 +96,7 @@ def cache_dir() -> Path | None:
 
 def cache_key(graph, options, core) -> str:
     text = graph.pretty(constants=True, sources=True)
-    payload = json.dumps({"graph": text, "options": options.key(), "core": core.name,
+    payload = json.dumps({"graph": text, "options": options.key(), "core": repr(core),
                           "trnsim": __version__, "code": _code_digest()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -127,6 +130,7 @@ def _lower_cached(graph, options, spec):
         try:
             data = json.loads(path.read_text())
             constants = _graph_constants(graph, data["program"]["tensors"])
+            constants.update(_decode_arrays(data.get("kernel_constants", {})))
             program = program_from_data(data["program"], constants)
             calls = [KernelCall(**c) for c in data["kernels"]]
             return Lowered(program, data["inputs"], data["outputs"], calls), True
@@ -137,7 +141,8 @@ def _lower_cached(graph, options, spec):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             data = {"program": program_to_data(lowered.program), "inputs": lowered.inputs,
-                    "outputs": lowered.outputs, "kernels": [vars(c) for c in lowered.kernels]}
+                    "outputs": lowered.outputs, "kernels": [vars(c) for c in lowered.kernels],
+                    "kernel_constants": _encode_arrays(lowered.program)}
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             tmp.replace(path)
@@ -149,6 +154,26 @@ def _lower_cached(graph, options, spec):
 def _graph_constants(graph, tensors) -> dict:
     """Constant data for a cached program, rebuilt from the live graph (weights are not cached)."""
     from trnsim.compiler.lowering import constant_data
+    from trnsim.kernels.layout import KERNEL_CONSTANT_PREFIX
 
-    wanted = [t["name"] for t in tensors if t["kind"] == "constant"]
+    wanted = [t["name"] for t in tensors if t["kind"] == "constant"
+              and not t["name"].startswith(KERNEL_CONSTANT_PREFIX)]
     return constant_data(graph, wanted)
+
+
+def _encode_arrays(program) -> dict:
+    """Kernel-made constants (small patterns: identities, masks), cached with the program."""
+    from trnsim.kernels.layout import KERNEL_CONSTANT_PREFIX
+
+    out = {}
+    for t in program.tensors.values():
+        if t.kind == "constant" and t.name.startswith(KERNEL_CONSTANT_PREFIX):
+            values = np.ascontiguousarray(t.values(), dtype=np.float32)
+            out[t.name] = {"shape": list(values.shape),
+                           "float32": base64.b64encode(values.tobytes()).decode("ascii")}
+    return out
+
+
+def _decode_arrays(encoded: dict) -> dict:
+    return {name: np.frombuffer(base64.b64decode(e["float32"]), dtype=np.float32).reshape(e["shape"])
+            for name, e in encoded.items()}

@@ -114,7 +114,7 @@ class CompiledModel:
 
     def report(self, copies: int | None = None):
         """Latency, throughput with one copy per visible core, cost, breakdown (trnsim.perf)."""
-        from trnsim.perf import build_report
+        from trnsim.runtime.report import build_report
 
         visible = copies or len(self.visible_cores())
         loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))

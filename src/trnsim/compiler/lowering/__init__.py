@@ -20,6 +20,7 @@ from trnsim.compiler.errors import IRError
 from trnsim.compiler.fused import KERNELS
 from trnsim.compiler.interpret import EVAL
 from trnsim.compiler.ir import Graph, Node
+from trnsim.compiler.lowering.hbm import reuse_internal_hbm
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError, UnsupportedError
 from trnsim.isa import Program
@@ -83,7 +84,9 @@ class _Lowering:
             outputs = [self._output(n, i) for i, n in enumerate(self.graph.outputs)]
             self.trace.flush()
         inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
-        return Lowered(self.trace.builder.program, inputs, outputs, self.calls)
+        program = self.trace.builder.program
+        reuse_internal_hbm(program)
+        return Lowered(program, inputs, outputs, self.calls)
 
     # --- operands -------------------------------------------------------------------------
     def tile(self, node: Node) -> Tile:

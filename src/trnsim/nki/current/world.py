@@ -12,7 +12,8 @@ ranks talk over the chip's and the instance's fabric. trnsim launches all ranks 
 - `per_rank([...])` gives each rank its own argument; other arguments are the same for all.
 - Collectives are timed and computed by `trnsim.collectives.Fabric` (routes over NeuronLink and
   EFA, CC-core admission, the runtime's algorithm choice) through `FabricPort`, the small interface
-  the simulator's rendezvous uses (`trnsim.sim.sync`).
+  the simulator's rendezvous uses (`trnsim.sim.sync`). `collectives` is a layer above `nki`, so it
+  is reached through `trnsim.backends`, where the top-level package registers it.
 
 The simulation returns one output per rank (a list).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trnsim import hardware
+from trnsim import backends, hardware
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.sim import World as SimWorld
 
@@ -64,9 +65,7 @@ class FabricPort:
     @property
     def fabric(self):
         if self._fabric is None:
-            from trnsim.collectives import Fabric
-
-            self._fabric = Fabric(self.instance, self.nodes, self.lnc)
+            self._fabric = backends.fabric_backend().Fabric(self.instance, self.nodes, self.lnc)
         return self._fabric
 
     @property
@@ -74,9 +73,8 @@ class FabricPort:
         return self.fabric.now_ns
 
     def issue_collective(self, op, nbytes, dtype, endpoints, inputs, pairs, reduction, at_ns):
-        from trnsim.collectives import Collective
-
-        request = Collective(op, None if inputs is not None else nbytes, dtype, tuple(endpoints),
+        collective = backends.fabric_backend().Collective
+        request = collective(op, None if inputs is not None else nbytes, dtype, tuple(endpoints),
                              None, inputs, pairs, _REDUCTIONS.get(reduction, reduction))
         return self.fabric.issue(request, at_ns)
 
@@ -104,8 +102,6 @@ class Placement:
 
 def place(world: World, chip, lnc: int) -> Placement:
     """Place `world`'s ranks on its instance (chip `chip`, `lnc` physical cores per rank)."""
-    from trnsim.collectives import Machine
-
     name = world.instance or DEFAULT_INSTANCE.get(chip.name)
     if name is None:
         raise InvalidArgumentError(f"no instance with a collectives fabric is known for {chip.name}; "
@@ -114,7 +110,7 @@ def place(world: World, chip, lnc: int) -> Placement:
     if spec.chip.name != chip.name:
         raise InvalidArgumentError(f"World(instance={name!r}) has {spec.chip.name} chips, but the "
                                    f"kernel targets {chip.name} ({chip.core.name})")
-    machine = Machine.build(spec, world.nodes, lnc)
+    machine = backends.fabric_backend().Machine.build(spec, world.nodes, lnc)
     per_chip = machine.cores_per_chip
     if world.ranks_per_chip is None:
         endpoints = machine.place(world.ranks)

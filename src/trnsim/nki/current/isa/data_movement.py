@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa import AccessPattern, CoreBarrier, DmaCompute, DmaIndirect, Memory, SendRecv, alu_op
+from trnsim.isa.access import MAX_FREE_SIZE
 from trnsim.nki.current.isa.calls import dst_arg, engine_arg, nisa_call, src_arg
 from trnsim.nki.current.isa.enums import dma_engine as dma_engines
 from trnsim.nki.isa import lowering
@@ -28,6 +29,14 @@ def dma_copy(dst, src, priority=None, oob_mode=0, dge_mode=0, engine=None, name=
     lowering.dma_copy(target, source)
 
 
+def _rows_of(elements: int, shape: tuple[int, ...]) -> tuple[int, int]:
+    """The whole tensor as rows x columns with columns inside a uint16 size field."""
+    cols = shape[-1] if shape and 0 < shape[-1] <= MAX_FREE_SIZE else 1
+    if elements % cols or cols == 1:
+        cols = next(c for c in range(min(elements, MAX_FREE_SIZE), 0, -1) if elements % c == 0)
+    return elements // cols, cols
+
+
 def _indirect_copy(target, source, skip: bool) -> None:
     """Gather (src indexed per partition) or scatter (dst indexed) by DMA."""
     if source._vector is not None and target._vector is not None:
@@ -39,8 +48,9 @@ def _indirect_copy(target, source, skip: bool) -> None:
     trace = current_trace()
     decl = trace.builder.program.tensors[side._storage.name]
     dtype = side.dtype_spec
-    extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=1,
-                           dims=((1, decl.nbytes // dtype.itemsize),), tensor=decl.name)
+    rows, cols = _rows_of(decl.nbytes // dtype.itemsize, decl.shape)
+    extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=rows, partition_step=cols,
+                           dims=((1, cols),), tensor=decl.name)
     trace.allow_vector_offset = True
     try:
         trace.emit_now(DmaIndirect, dst=target.access(), src=source.access(), index=index.access(),

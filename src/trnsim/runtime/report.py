@@ -65,7 +65,7 @@ class ModelReport:
         return data
 
     def table(self, top: int = 12) -> str:
-        from trnsim.perf.tables import report_table
+        from trnsim.runtime.report_tables import report_table
 
         return report_table(self, top=top)
 
@@ -129,6 +129,14 @@ def by_op(kernels: list[KernelTime]) -> dict[str, dict]:
     return table
 
 
+def cost_per_inference(price_per_hour: float | None, throughput_per_s: float) -> float | None:
+    """USD per inference with the instance fully used: the price of one second over what the
+    second serves (= the cost of one batch's instance time, shared by the copies, / batch)."""
+    if price_per_hour is None or throughput_per_s <= 0:
+        return None
+    return price_per_hour / 3600.0 / throughput_per_s
+
+
 def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
                  copies: int | None = None) -> ModelReport:
     """`loaded_profiles`: the copies of one chip run together; `copies`: all copies on the
@@ -139,7 +147,7 @@ def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
     throughput = copies * batch / (loaded_ns * 1e-9) if loaded_ns > 0 else 0.0
     price = instance.price_per_hour
     chips_used = max(1, -(-copies // instance.chip.logical_cores()))
-    cost = price / 3600.0 / throughput if price is not None and throughput > 0 else None
+    cost = cost_per_inference(price, throughput)
     kernels = kernel_times(profile)
     notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} copies "
              f"(one per visible core) on {chips_used} chip(s) of {instance.name}"]

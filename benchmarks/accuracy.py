@@ -1,0 +1,145 @@
+"""How much each calibration constant and named assumption moves trnsim's error.
+
+For every constant in the hardware spec that was calibrated or assumed (rather than read off a
+page), the calibration rows it can affect are predicted again with the constant set to its
+documented default (or, where nothing is documented, the plain alternative named below), and
+the script prints, as JSON, the per-row errors and the MAPE of the calibration rows (seed-1..8,
+neuron-inf2-*, nki-matmul-optimized) and of the collective rows, before and after.
+
+    PYTHONPATH=src python benchmarks/accuracy.py            # all knobs (~10 minutes cold)
+    PYTHONPATH=src python benchmarks/accuracy.py --knob descriptor_overhead
+
+Model rows compile through the compile cache ($TRNSIM_CACHE_DIR), keyed on the whole core spec,
+so a variant never reads the baseline's programs and a second run is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+
+from trnsim import hardware
+from trnsim.hardware import fabric
+from trnsim.perf.validate import default_csv, mape, read_rows, validate
+
+CALIBRATION_PREFIXES = ("seed-", "neuron-inf2-", "nki-matmul-optimized")
+
+
+@dataclass(frozen=True)
+class Knob:
+    key: str
+    constant: str  # where it lives in the hardware spec
+    value: str  # what trnsim uses, and why
+    default: str  # what it is set to here, and why that is the documented default
+    core: int | None = None  # core version whose spec changes
+    core_changes: dict = field(default_factory=dict)
+    fabric_chip: str | None = None
+    fabric_changes: dict = field(default_factory=dict)
+
+
+KNOBS = (
+    Knob("descriptor_overhead", "hardware.cores.DmaSpec.descriptor_overhead_bytes (NeuronCore-v2)",
+         "256 B per contiguous chunk (ASSUMPTION from the DMA guide's 2 KiB / 4 KiB rules)",
+         "0: the documented 17 B/ns per engine for any chunk size",
+         core=2, core_changes={"dma": {"descriptor_overhead_bytes": 0}}),
+    Knob("dma_rate", "hardware.cores.DmaSpec.bytes_per_s_per_engine (NeuronCore-v2)",
+         "17 GB/s per engine (nki-dma-bandwidth-guide)",
+         "27.2 GB/s: the other figure the same page gives (hardware.md section 6 fact 7)",
+         core=2, core_changes={"dma": {"bytes_per_s_per_engine": 27.2e9}}),
+    Knob("v1_sbuf", "hardware.cores.NC_V1.sbuf_bytes_per_partition",
+         "96 KiB per partition (ASSUMPTION: NC-v1 SRAM undocumented; half of NC-v2)",
+         "192 KiB: NeuronCore-v2's, the nearest documented figure",
+         core=1, core_changes={"sbuf_bytes_per_partition": 192 * 1024}),
+    Knob("v1_vector_scalar", "hardware.cores.NC_V1.vector/scalar clock_hz",
+         "NC-v2 rates / 10 and / 3 (ASSUMPTION from nc-v2's 'x10' and 'x3' claims)",
+         "NeuronCore-v2's VectorE and ScalarE rates",
+         core=1, core_changes={"vector": {"clock_hz": 1.12e9}, "scalar": {"clock_hz": 1.4e9}}),
+    Knob("collective_bandwidth", "hardware.fabric.FabricSpec.collective_bytes_per_s_per_core",
+         "calibrated: 1 GiB / (18,930 us - 58 us) from nccom-allreduce-2r-1GiB",
+         "the core's whole DMA bandwidth (16 x 17 GB/s), uncalibrated",
+         fabric_chip="Trainium",
+         fabric_changes={"collective_bytes_per_s_per_core": hardware.core(2).dma.bytes_per_s}),
+    Knob("collective_launch", "hardware.fabric.FabricSpec.launch_latency_ns",
+         "calibrated: the 58 us nccom-test floor minus two hop latencies",
+         "0: no documented launch cost", fabric_chip="Trainium",
+         fabric_changes={"launch_latency_ns": 0.0}),
+    Knob("collective_issue", "hardware.fabric.FabricSpec.issue_interval_ns",
+         "calibrated: the 58 us nccom-test floor", "0: no documented issue cost",
+         fabric_chip="Trainium", fabric_changes={"issue_interval_ns": 0.0}),
+)
+
+
+@contextmanager
+def fabric_variant(chip: str, changes: dict):
+    saved = fabric.FABRICS[chip]
+    fabric.FABRICS[chip] = replace(saved, **changes)
+    try:
+        yield
+    finally:
+        fabric.FABRICS[chip] = saved
+
+
+def _affected(knob: Knob, rows: list[dict]) -> set[str]:
+    out = set()
+    for row in rows:
+        if knob.fabric_chip:
+            if row["kind"] == "collective":
+                out.add(row["id"])
+            continue
+        try:
+            version = hardware.instance(row["instance"]).chip.core.version
+        except Exception:
+            continue
+        if version == knob.core and row["kind"] in ("model", "kernel"):
+            out.add(row["id"])
+    return out
+
+
+def _summary(results) -> dict:
+    calibration = [r for r in results if r.id.startswith(CALIBRATION_PREFIXES)]
+    return {"calibration_mape_pct": mape(calibration),
+            "collective_mape_pct": mape([r for r in results if r.kind == "collective"]),
+            "rows": {r.id: {"predicted": r.predicted, "measured": r.measured,
+                            "error_pct": r.error_pct, "status": r.status, "reason": r.reason}
+                     for r in results}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--knob", action="append", help="only these knobs (by key)")
+    args = parser.parse_args()
+    rows = read_rows(default_csv())
+    start = time.perf_counter()
+    baseline_results = validate()
+    baseline = _summary(baseline_results)
+    report = {"baseline": {k: baseline[k] for k in ("calibration_mape_pct", "collective_mape_pct")},
+              "baseline_rows": baseline["rows"], "knobs": []}
+    for knob in KNOBS:
+        if args.knob and knob.key not in args.knob:
+            continue
+        ids = _affected(knob, rows)
+        context = (hardware.core_variant(knob.core, **knob.core_changes) if knob.core
+                   else fabric_variant(knob.fabric_chip, knob.fabric_changes)
+                   if knob.fabric_chip else nullcontext())
+        with context:
+            changed = {r.id: r for r in validate(ids=ids)}
+        merged = [changed.get(r.id, r) for r in baseline_results]
+        summary = _summary(merged)
+        report["knobs"].append({
+            "knob": knob.key, "constant": knob.constant, "trnsim_value": knob.value,
+            "set_to": knob.default,
+            "calibration_mape_pct": summary["calibration_mape_pct"],
+            "collective_mape_pct": summary["collective_mape_pct"],
+            "rows_changed": {i: summary["rows"][i]["error_pct"] for i in sorted(ids)},
+            "rows_not_predicted": {i: summary["rows"][i]["reason"] for i in sorted(ids)
+                                   if summary["rows"][i]["status"] != "ok"},
+        })
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

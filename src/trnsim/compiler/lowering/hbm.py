@@ -1,0 +1,96 @@
+"""Device-memory reuse: internal HBM tensors whose lifetimes do not overlap share one buffer.
+
+A model lowered kernel by kernel writes every intermediate to HBM; without reuse, ELECTRA-large
+at batch 10 would need more than Inferentia's 8 GiB for activations that are each dead a layer
+later. Like the compiler's allocator, this pass gives each internal tensor a live range (first to
+last instruction touching it, in program order) and packs the ranges into buffers ("slots"),
+linear-scan style: a tensor takes the smallest free slot that holds it (the earliest freed among
+equals, so a slot's next writer is as far as possible from its last reader), else grows the
+largest free slot, else opens a new one. The simulator orders a slot's next write after its last
+read (write-after-read on the shared bytes), so reuse is safe in both modes and costs whatever
+waiting that ordering implies, as on hardware.
+
+Straight-line programs only: a program with control flow keeps one buffer per tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trnsim.isa import AccessPattern, Memory, Program, TensorDecl
+from trnsim.numerics import dtype as as_dtype
+
+SLOT_PREFIX = "hbm_slot"
+
+
+def reuse_internal_hbm(program: Program) -> dict[str, str]:
+    """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot."""
+    if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
+        return {}
+    internal = {name for name, t in program.tensors.items() if t.kind == "internal"}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, ins in enumerate(program.instructions):
+        for ap in _hbm_operands(ins):
+            if ap.tensor in internal:
+                first.setdefault(ap.tensor, index)
+                last[ap.tensor] = index
+    slots: list[int] = []  # bytes per slot
+    free: list[tuple[int, int]] = []  # (freed at instruction, slot)
+    ending: list[tuple[int, int]] = []  # (last use, slot) of live tensors
+    assignment: dict[str, int] = {}
+    for name in sorted(first, key=lambda n: (first[n], n)):
+        start, need = first[name], program.tensors[name].nbytes
+        still_live = []
+        for end, slot in ending:
+            (free.append((end, slot)) if end < start else still_live.append((end, slot)))
+        ending = still_live
+        fitting = [(slots[s], freed, s) for freed, s in free if slots[s] >= need]
+        if fitting:
+            slot = min(fitting)[2]
+        elif free:
+            slot = max((slots[s], -freed, s) for freed, s in free)[2]
+            slots[slot] = need
+        else:
+            slot = len(slots)
+            slots.append(need)
+        free = [(freed, s) for freed, s in free if s != slot]
+        ending.append((last[name], slot))
+        assignment[name] = slot
+    if not assignment:
+        return {}
+    rename = {name: f"{SLOT_PREFIX}{slot}" for name, slot in assignment.items()}
+    for name in assignment:
+        del program.tensors[name]
+    for slot, nbytes in enumerate(slots):
+        name = f"{SLOT_PREFIX}{slot}"
+        program.tensors[name] = TensorDecl(name, (nbytes,), as_dtype("uint8"), "internal")
+    program.instructions[:] = [_retarget(ins, rename) for ins in program.instructions]
+    return rename
+
+
+def _hbm_operands(ins):
+    for f in dataclasses.fields(ins):
+        value = getattr(ins, f.name)
+        if isinstance(value, AccessPattern):
+            if value.memory is Memory.HBM:
+                yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
+                    yield item
+
+
+def _retarget(ins, rename: dict[str, str]):
+    changes = {}
+    for f in dataclasses.fields(ins):
+        value = getattr(ins, f.name)
+        if isinstance(value, AccessPattern):
+            if value.memory is Memory.HBM and value.tensor in rename:
+                changes[f.name] = dataclasses.replace(value, tensor=rename[value.tensor])
+        elif isinstance(value, tuple) and any(isinstance(v, AccessPattern) for v in value):
+            changes[f.name] = tuple(
+                dataclasses.replace(v, tensor=rename[v.tensor])
+                if isinstance(v, AccessPattern) and v.memory is Memory.HBM and v.tensor in rename
+                else v for v in value)
+    return dataclasses.replace(ins, **changes) if changes else ins

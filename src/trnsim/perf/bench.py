@@ -1,0 +1,201 @@
+"""`trnsim bench`: the Inferentia2-vs-Inferentia1 table, predicted, beside the published values.
+
+Each case compiles a model (built from its configuration by `trnsim.perf.zoo`) for its batch and
+sequence length on one NeuronCore of the instance, with neuronx-cc's default auto-cast (fp32
+model, matmuls cast to bf16: what torch-neuronx does unless told otherwise), and reports latency,
+throughput with one copy per NeuronCore, and cost per inference.
+
+Timing does not depend on weight values, so timing-only cases build models without initialising
+their weights (fast); `check_numerics` builds them properly and compares with eager PyTorch.
+Reports are cached beside the compile cache, keyed like it, so a warm run only captures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from trnsim import hardware
+from trnsim.perf.zoo import zoo_model
+
+DEFAULT_MODELS = ("bert-large-uncased", "electra-large-discriminator")
+DEFAULT_INSTANCES = ("inf1.xlarge", "inf2.xlarge")
+DEFAULT_BATCHES = (1, 10)
+
+
+@dataclass
+class BenchResult:
+    model: str
+    batch: int
+    seq: int
+    instance: str
+    latency_ms: float
+    loaded_latency_ms: float
+    throughput_per_s: float
+    cost_per_inference_usd: float | None
+    copies: int
+    bound: dict
+    published_ms: float | None = None
+    error_pct: float | None = None
+    cache_hit: bool = False
+    seconds: float = 0.0
+    numerics: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def comparison_rows(results: list[BenchResult], instances: tuple[str, ...]) -> list[dict]:
+    """One row per (model, batch, seq): each instance's result (or None) and the last
+    instance's speed-up over the first (first latency / last latency)."""
+    cases: dict[tuple, dict[str, BenchResult]] = {}
+    for r in results:
+        cases.setdefault((r.model, r.batch, r.seq), {})[r.instance] = r
+    rows = []
+    for (model, batch, seq), by_instance in cases.items():
+        first, last = by_instance.get(instances[0]), by_instance.get(instances[-1])
+        speedup = (first.latency_ms / last.latency_ms
+                   if len(instances) > 1 and first and last and last.latency_ms > 0 else None)
+        rows.append({"model": model, "batch": batch, "seq": seq, "speedup": speedup,
+                     "by_instance": {i: by_instance.get(i) for i in instances}})
+    return rows
+
+
+def published_latency(model: str, instance: str, batch: int, seq: int) -> float | None:
+    """The calibration set's latency (ms) for this case, if it has one."""
+    from trnsim.perf.validate import default_csv, read_rows
+
+    for row in read_rows(default_csv()):
+        if (row["kind"] == "model" and row["name"] == model and row["instance"] == instance
+                and str(row.get("batch")) == str(batch) and str(row.get("seq")) == str(seq)
+                and row["metric"].startswith("latency") and row["unit"] == "ms"):
+            return float(row["value"])
+    return None
+
+
+def build_model(name: str, *, initialise: bool):
+    entry = zoo_model(name)
+    if initialise:
+        return entry.build()
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        return entry.build()
+
+
+def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str = "matmult",
+             auto_cast_type: str = "bf16", check_numerics: bool = False, model=None) -> BenchResult:
+    """Compile and time one (model, batch, seq, instance) case; reports are cached."""
+    from trnsim.compiler import capture, options_from_env, run_pipeline
+    from trnsim.runtime.compile import cache_dir, cache_key
+
+    start = time.perf_counter()
+    entry = zoo_model(name)
+    seq = seq or entry.default_seq
+    spec = hardware.instance(instance)
+    model = model if model is not None else build_model(name, initialise=check_numerics)
+    inputs = entry.inputs(batch, seq)
+    options = options_from_env({}, instance=spec.name, auto_cast=auto_cast,
+                               auto_cast_type=auto_cast_type)
+    graph = run_pipeline(capture(model, (), inputs), options)
+    root = cache_dir()
+    # the report also depends on the instance (chip memory, price, cores): key on all of it
+    key = (hashlib.sha256((cache_key(graph, options, spec.chip.core) + repr(spec)).encode())
+           .hexdigest()[:32] if root else None)
+    cached = _read_report(root, key) if root else None
+    if cached is not None and not check_numerics:
+        result = BenchResult(**cached)
+        result.cache_hit, result.seconds = True, time.perf_counter() - start
+        return result
+    compiled = _compile(graph, options, spec)
+    report = compiled.report()
+    result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
+                         latency_ms=report.latency_ms, loaded_latency_ms=report.loaded_latency_ms,
+                         throughput_per_s=report.throughput_per_s,
+                         cost_per_inference_usd=report.cost_per_inference_usd,
+                         copies=report.copies, bound=report.bound)
+    published = published_latency(name, spec.name, batch, seq)
+    if published is not None:
+        result.published_ms = published
+        result.error_pct = 100.0 * (result.latency_ms - published) / published
+    if root:
+        _write_report(root, key, result)
+    if check_numerics:
+        result.numerics = _numerics(compiled, model, inputs)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _compile(graph, options, spec):
+    from trnsim.runtime.compile import _compiled, _lower_cached, place
+
+    lowered, _ = _lower_cached(graph, options, spec)
+    return _compiled(graph, lowered, spec, options, place(spec, 1, options.lnc))
+
+
+def _numerics(compiled, model, inputs) -> dict:
+    import torch
+    import torch.utils._pytree as pytree
+
+    with torch.no_grad():
+        eager = model(**inputs)
+    out = compiled(**inputs)
+    ref = [t.float() for t in pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
+    got = [t.float() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    worst = max(float((g - r).abs().max() / max(float(r.abs().max()), 1e-6))
+                for g, r in zip(got, ref, strict=True))
+    cosine = min(float(torch.nn.functional.cosine_similarity(g.flatten(), r.flatten(), dim=0))
+                 for g, r in zip(got, ref, strict=True))
+    return {"max_abs_error_over_output_scale": worst, "min_cosine_similarity": cosine}
+
+
+def model_latency_ms(name: str, instance: str, batch: int, seq: int | None,
+                     auto_cast: str = "matmult", auto_cast_type: str = "bf16") -> float:
+    return run_case(name, batch, seq, instance, auto_cast=auto_cast,
+                    auto_cast_type=auto_cast_type).latency_ms
+
+
+def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAULT_BATCHES,
+               seqs: dict[str, int] | int | None = None, *, auto_cast: str = "matmult",
+               auto_cast_type: str = "bf16", check_numerics: bool = False,
+               progress: Callable[[str], None] | None = None) -> list[BenchResult]:
+    results = []
+    for name in models:
+        entry = zoo_model(name)
+        seq = seqs.get(name, entry.default_seq) if isinstance(seqs, dict) else (seqs or entry.default_seq)
+        model = None
+        for batch in batches:
+            for instance in instances:
+                if progress:
+                    progress(f"{name} batch {batch} seq {seq} on {instance}")
+                if model is None:
+                    model = build_model(name, initialise=check_numerics)
+                results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
+                                        auto_cast_type=auto_cast_type,
+                                        check_numerics=check_numerics, model=model))
+    return results
+
+
+def _report_path(root, key):
+    return root / f"{key}.bench.json"
+
+
+def _read_report(root, key) -> dict | None:
+    path = _report_path(root, key)
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_report(root, key, result: BenchResult) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        data = result.to_dict()
+        data.update(cache_hit=False, seconds=0.0, numerics={})
+        _report_path(root, key).write_text(json.dumps(data))
+    except OSError:
+        pass

@@ -1,0 +1,86 @@
+"""The models trnsim benchmarks, built from their published configurations with random weights.
+
+Nothing is downloaded: each entry spells out the Hugging Face config of the checkpoint it names
+(the shapes are what matter for timing), builds the model with random weights and makes example
+inputs like the published runs fed (token ids plus attention mask and token types, padded to the
+sequence length; images for the vision models).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trnsim.errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str  # "text" or "vision"
+    build: Callable[[], object]  # -> an eval-mode torch.nn.Module
+    default_seq: int = 128
+
+    def inputs(self, batch: int, seq: int | None = None) -> dict:
+        import torch
+
+        seq = seq or self.default_seq
+        generator = torch.Generator().manual_seed(0)
+        if self.family == "vision":
+            return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=generator)}
+        ids = torch.randint(1000, 2000, (batch, seq), generator=generator)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
+        if self.name.startswith(("bert", "electra")):
+            inputs["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
+        return inputs
+
+
+def _hf(cls_name: str, config_cls: str, **config):
+    def build():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = getattr(transformers, config_cls)(**config)
+        model = getattr(transformers, cls_name)(cfg)
+        return model.eval()
+    return build
+
+
+_BERT_LARGE = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                   intermediate_size=4096, vocab_size=30522, max_position_embeddings=512)
+
+ZOO: dict[str, ZooEntry] = {e.name: e for e in (
+    ZooEntry("bert-base-uncased", "text", _hf("BertModel", "BertConfig", hidden_size=768,
+                                               num_hidden_layers=12, num_attention_heads=12,
+                                               intermediate_size=3072, vocab_size=30522)),
+    ZooEntry("bert-large-uncased", "text", _hf("BertModel", "BertConfig", **_BERT_LARGE)),
+    ZooEntry("electra-large-discriminator", "text",
+             _hf("ElectraModel", "ElectraConfig", embedding_size=1024, **_BERT_LARGE), 256),
+    ZooEntry("roberta-large", "text", _hf("RobertaModel", "RobertaConfig", hidden_size=1024,
+                                          num_hidden_layers=24, num_attention_heads=16,
+                                          intermediate_size=4096, vocab_size=50265,
+                                          max_position_embeddings=514, type_vocab_size=1,
+                                          pad_token_id=1)),
+    ZooEntry("distilbert-base-uncased", "text", _hf("DistilBertModel", "DistilBertConfig", dim=768,
+                                                    n_layers=6, n_heads=12, hidden_dim=3072,
+                                                    vocab_size=30522)),
+    ZooEntry("gpt2", "text", _hf("GPT2Model", "GPT2Config", n_embd=768, n_layer=12, n_head=12,
+                                 vocab_size=50257, n_positions=1024, use_cache=False)),
+    ZooEntry("vit-base-patch16-224", "vision", _hf("ViTModel", "ViTConfig", hidden_size=768,
+                                                   num_hidden_layers=12, num_attention_heads=12,
+                                                   intermediate_size=3072, image_size=224,
+                                                   patch_size=16)),
+    ZooEntry("resnet-50", "vision", _hf("ResNetModel", "ResNetConfig", embedding_size=64,
+                                        hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
+                                        layer_type="bottleneck")),
+)}
+
+
+def zoo_model(name: str) -> ZooEntry:
+    try:
+        return ZOO[name.strip().lower()]
+    except KeyError:
+        raise UnknownNameError("benchmark model", name, ZOO) from None

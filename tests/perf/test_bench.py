@@ -1,0 +1,152 @@
+"""`trnsim bench`: the table's arithmetic, the report cache, inf1 (no GpSimd), JSON/CSV, the plot."""
+
+import json
+import struct
+import zlib
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trnsim import hardware
+from trnsim.cli import main
+from trnsim.perf import bench, cost_per_inference, zoo
+
+TINY = "bert-tiny-test"
+
+
+@pytest.fixture
+def tiny_zoo(monkeypatch, tmp_path):
+    """A 2-layer BERT in the zoo (the real entries take minutes to compile) and a fresh cache."""
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    entry = zoo.ZooEntry(TINY, "text", zoo._hf("BertModel", "BertConfig", hidden_size=128,
+                                               num_hidden_layers=2, num_attention_heads=2,
+                                               intermediate_size=256, vocab_size=3000), 32)
+    monkeypatch.setitem(zoo.ZOO, TINY, entry)
+    return entry
+
+
+def _result(model, batch, instance, latency, throughput, cost):
+    return bench.BenchResult(model=model, batch=batch, seq=128, instance=instance,
+                             latency_ms=latency, loaded_latency_ms=latency,
+                             throughput_per_s=throughput, cost_per_inference_usd=cost, copies=1,
+                             bound={})
+
+
+def test_cost_per_inference_is_price_over_inferences_per_hour():
+    # $0.76/h serving 500 inferences/s: 0.76 / (500 * 3600) = 4.2222e-7
+    assert cost_per_inference(0.76, 500.0) == pytest.approx(4.2222222e-7, rel=1e-6)
+    assert cost_per_inference(None, 500.0) is None
+    assert cost_per_inference(1.0, 0.0) is None
+
+
+def test_speedup_is_first_instance_latency_over_last():
+    results = [_result("m", 1, "inf1.xlarge", 28.0, 35.7, 1.0e-6),
+               _result("m", 1, "inf2.xlarge", 3.5, 571.4, 3.0e-7),
+               _result("m", 10, "inf1.xlarge", 120.0, 83.3, 7.0e-7)]
+    rows = bench.comparison_rows(results, ("inf1.xlarge", "inf2.xlarge"))
+    assert [(r["model"], r["batch"]) for r in rows] == [("m", 1), ("m", 10)]
+    assert rows[0]["speedup"] == pytest.approx(8.0)
+    assert rows[1]["speedup"] is None  # inf2 missing
+    assert rows[1]["by_instance"]["inf2.xlarge"] is None
+
+
+def test_published_latency_comes_from_the_calibration_set():
+    assert bench.published_latency("bert-large-uncased", "inf2.xlarge", 1, 128) == 3.1
+    assert bench.published_latency("electra-large-discriminator", "inf1.xlarge", 10, 256) == 343.7
+    assert bench.published_latency("bert-large-uncased", "trn1.2xlarge", 1, 128) is None
+
+
+def test_run_case_arithmetic_and_cache(tiny_zoo):
+    first = bench.run_case(TINY, 2, None, "inf2.xlarge")
+    spec = hardware.instance("inf2.xlarge")
+    assert first.seq == 32 and first.copies == spec.chip.cores
+    assert first.latency_ms > 0 and first.loaded_latency_ms >= first.latency_ms * 0.999
+    # throughput: copies x batch / loaded latency; cost: $/h / 3600 / throughput
+    assert first.throughput_per_s == pytest.approx(first.copies * 2 / (first.loaded_latency_ms / 1e3))
+    assert first.cost_per_inference_usd == pytest.approx(
+        spec.price_per_hour / 3600 / first.throughput_per_s)
+    assert first.published_ms is None and not first.cache_hit
+    again = bench.run_case(TINY, 2, None, "inf2.xlarge")
+    assert again.cache_hit and again.latency_ms == first.latency_ms
+
+
+def test_inf1_runs_without_gpsimd_and_is_slower(tiny_zoo):
+    results = bench.run_matrix((TINY,), ("inf1.xlarge", "inf2.xlarge"), (1,))
+    by = {r.instance: r for r in results}
+    assert hardware.instance("inf1.xlarge").chip.core.gpsimd is None
+    assert by["inf1.xlarge"].latency_ms > by["inf2.xlarge"].latency_ms
+
+
+def test_check_numerics_on_inf1_matches_pytorch(tiny_zoo):
+    result = bench.run_case(TINY, 1, 16, "inf1.xlarge", check_numerics=True)
+    assert result.numerics["min_cosine_similarity"] > 0.999
+    assert result.numerics["max_abs_error_over_output_scale"] < 3e-2  # bf16 matmuls
+
+
+def _run_cli(capsys, *argv):
+    try:
+        main(list(argv))
+    except SystemExit as stop:
+        assert stop.code in (0, None), capsys.readouterr().err
+    return capsys.readouterr()
+
+
+def test_cli_json_and_csv(tiny_zoo, capsys):
+    out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "inf1.xlarge,inf2.xlarge",
+                   "--batch", "1", "--json").out
+    data = json.loads(out)
+    by = {r["instance"]: r for r in data["results"]}
+    assert data["rows"][0]["speedup"] == pytest.approx(
+        by["inf1.xlarge"]["latency_ms"] / by["inf2.xlarge"]["latency_ms"])
+    csv_out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "inf2.xlarge", "--batch",
+                       "1,2", "--csv").out.splitlines()
+    assert csv_out[0].startswith("model,batch,seq,instance,latency_ms")
+    assert len(csv_out) == 3
+
+
+def test_cli_table_and_bad_input(tiny_zoo, capsys):
+    out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "trn1.2xlarge", "--batch",
+                   "1").out
+    assert TINY in out and "trn1.2xlarge ms" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--models", "no-such-model"])
+    assert stop.value.code == 2
+    assert "no-such-model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--batch", "one"])
+    assert stop.value.code == 2
+
+
+def test_help_names_the_inf1_assumptions(capsys):
+    out = _run_cli(capsys, "bench", "--help").out
+    assert "Inferentia" in out and "assumptions" in out.lower()
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    width, height = struct.unpack(">II", data[16:24])
+    assert zlib.crc32(data[12:29]) == struct.unpack(">I", data[29:33])[0]
+    return width, height
+
+
+def test_plot_is_a_png_with_a_bar_per_case_and_instance(tmp_path):
+    pytest.importorskip("matplotlib")
+    from trnsim.perf.plot import bench_plot
+
+    results = [_result("bert-large-uncased", 1, "inf1.xlarge", 28.0, 35.7, 1.0e-6),
+               _result("bert-large-uncased", 1, "inf2.xlarge", 3.5, 571.4, 3.0e-7),
+               _result("electra-large-discriminator", 10, "inf1.xlarge", 340.0, 29.4, 2.0e-6),
+               _result("electra-large-discriminator", 10, "inf2.xlarge", 40.0, 500.0, 4.0e-7)]
+    results[0].published_ms = 28.2
+    path = tmp_path / "bench.png"
+    figure = bench_plot(results, ("inf1.xlarge", "inf2.xlarge"), str(path))
+    width, height = _png_size(path.read_bytes())
+    assert width > 400 and height > 200
+    latency_axis, cost_axis = figure["axes"]
+    assert latency_axis["bars"] == [28.0, 340.0, 3.5, 40.0]  # per instance, per case
+    assert cost_axis["bars"] == pytest.approx([1.0, 2.0, 0.3, 0.4])  # $ per million
+    assert latency_axis["published"] == [28.2]

@@ -1,0 +1,120 @@
+"""`trnsim validate`: model, kernel and collective rows predicted; malformed rows reported."""
+
+import csv
+import json
+
+import pytest
+
+from trnsim.cli import main
+from trnsim.errors import TrnsimError
+from trnsim.perf import validate as v
+
+COLUMNS = list(v.COLUMNS)
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: row.get(c, "") for c in COLUMNS})
+    return path
+
+
+def row(id, kind, name, instance, value, unit, **extra):
+    return {"id": id, "kind": kind, "name": name, "instance": instance, "value": value,
+            "unit": unit, "metric": "latency", **extra}
+
+
+def test_the_calibration_set_ships_with_the_package():
+    rows = v.read_rows(v.default_csv())
+    ids = {r["id"] for r in rows}
+    assert {f"seed-{i}" for i in range(1, 9)} <= ids and "nki-matmul-optimized" in ids
+
+
+def test_missing_columns_are_a_clear_error(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("id,name\nx,y\n")
+    with pytest.raises(TrnsimError, match="missing column"):
+        v.read_rows(path)
+
+
+def test_malformed_rows_are_reported_not_fatal(tmp_path):
+    path = write_csv(tmp_path / "m.csv", [
+        row("not-a-number", "model", "bert-large-uncased", "inf2.xlarge", "n/a", "ms"),
+        row("odd-kind", "power", "x", "inf2.xlarge", "1", "W"),
+        row("not-time", "model", "bert-large-uncased", "inf2.xlarge", "5", "GB/s"),
+        row("unknown-model", "model", "llama-9000", "inf2.xlarge", "5", "ms", batch="1"),
+        row("unknown-kernel", "kernel", "a fused softmax", "trn1.32xlarge", "1", "ms"),
+        row("no-size", "collective", "all-reduce", "trn1.32xlarge", "60", "us", cores="2"),
+        row("bad-instance", "collective", "all-reduce", "trn9.huge", "60", "us", cores="2",
+            notes="1MiB"),
+    ])
+    results = {r.id: r for r in v.validate(path)}
+    assert all(r.status == "skipped" and r.predicted is None for r in results.values())
+    assert "not a number" in results["not-a-number"].reason
+    assert "unknown kind" in results["odd-kind"].reason
+    assert "not a time" in results["not-time"].reason
+    assert "llama-9000" in results["unknown-model"].reason
+    assert "no kernel" in results["unknown-kernel"].reason
+    assert "message size" in results["no-size"].reason
+    assert "trn9.huge" in results["bad-instance"].reason
+    assert v.mape(list(results.values())) is None
+
+
+def test_collective_and_kernel_rows_are_predicted(tmp_path):
+    path = write_csv(tmp_path / "k.csv", [
+        row("ar-1GiB", "collective", "all-reduce", "trn1.32xlarge", "18930", "us", cores="2",
+            dtype="fp32"),
+        row("ar-1GiB-ms", "collective", "all-reduce", "trn1.32xlarge", "18.93", "ms", cores="2",
+            dtype="fp32"),
+        row("mm", "kernel", "tiled matmul, fully optimized NKI tutorial kernel "
+            "([2048,1024] @ [1024,1024])", "trn1.32xlarge", "0.1", "ms", dtype="bf16"),
+    ])
+    results = {r.id: r for r in v.validate(path)}
+    one_gib = results["ar-1GiB"]
+    assert one_gib.status == "ok" and one_gib.predicted == pytest.approx(18930, rel=0.01)
+    # the same prediction in another unit
+    assert results["ar-1GiB-ms"].predicted == pytest.approx(one_gib.predicted / 1e3)
+    mm = results["mm"]
+    # 2*2048*1024*1024 FLOP at <= 91.8 TFLOPS is >= 46.8 us
+    assert mm.status == "ok" and 0.0468 <= mm.predicted < 0.5
+    assert mm.error_pct == pytest.approx(100 * (mm.predicted - 0.1) / 0.1)
+    errors = [abs(r.error_pct) for r in results.values()]
+    assert v.mape(list(results.values())) == pytest.approx(sum(errors) / 3)
+    assert v.mape(list(results.values()), "kernel") == pytest.approx(abs(mm.error_pct))
+
+
+def test_model_row_runs_through_the_compiler(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from trnsim.perf import zoo
+
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(zoo.ZOO, "bert-tiny-test", zoo.ZooEntry(
+        "bert-tiny-test", "text", zoo._hf("BertModel", "BertConfig", hidden_size=128,
+                                          num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=256, vocab_size=3000), 32))
+    path = write_csv(tmp_path / "model.csv", [
+        row("tiny", "model", "bert-tiny-test", "inf2.xlarge", "0.2", "ms", batch="2", seq="32"),
+        row("tiny-inf1", "model", "bert-tiny-test", "inf1.xlarge", "2", "ms", batch="1"),
+    ])
+    results = {r.id: r for r in v.validate(path)}
+    assert results["tiny"].status == "ok" and results["tiny"].predicted > 0
+    assert results["tiny-inf1"].status == "ok"
+    out = _cli_json(["validate", str(path), "--json"])
+    assert {r["id"] for r in out["rows"]} == {"tiny", "tiny-inf1"}
+    assert out["mape_pct"]["model"] == pytest.approx(v.mape(list(results.values())))
+    assert out["mape_pct"]["kernel"] is None
+
+
+def _cli_json(argv):
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        try:
+            main(argv)
+        except SystemExit as stop:
+            assert stop.code in (0, None)
+    return json.loads(buffer.getvalue())
