@@ -20,3 +20,26 @@ def test_unknown_instance_suggests_close_names():
 def test_unknown_name_without_close_match_lists_known():
     with pytest.raises(UnknownNameError, match="known: "):
         hardware.chip("zzzzzz")
+
+
+def test_fingerprint_is_stable_across_processes_and_changes_with_any_figure():
+    """Compile-cache keys use it: it must not depend on hash seeds (frozensets) but must see
+    every figure."""
+    import os
+    import subprocess
+    import sys
+
+    from trnsim import hardware
+    from trnsim.hardware.spec import fingerprint
+
+    code = ("from trnsim import hardware; from trnsim.hardware.spec import fingerprint; "
+            "print(fingerprint(hardware.instance('inf1.xlarge')))")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+            for seed in ("1", "2", "3")}
+    assert seen == {fingerprint(hardware.instance("inf1.xlarge"))}
+    base = fingerprint(hardware.core(2))
+    with hardware.core_variant(2, dma={"descriptor_overhead_bytes": 0}) as variant:
+        assert fingerprint(variant) != base
+        assert hardware.instance("inf2.xlarge").chip.core is variant
+    assert fingerprint(hardware.core(2)) == base

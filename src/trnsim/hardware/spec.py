@@ -10,6 +10,8 @@ the figure published and says so.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 
 Citations = tuple[tuple[str, str], ...]
@@ -72,3 +74,24 @@ def lookup_pair(table: tuple[tuple[str, float], ...], key: str, default: float |
         if name == key:
             return value
     return default
+
+
+def fingerprint(spec) -> str:
+    """A digest of every figure of a spec, stable across processes (repr() is not: it shows
+    frozensets in hash order), for cache keys that must change when any figure does."""
+    return hashlib.sha256(json.dumps(_canonical(spec), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _canonical(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"_type": type(value).__name__,
+                **{f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canonical(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)

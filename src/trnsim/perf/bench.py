@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from trnsim import hardware
+from trnsim.hardware.spec import fingerprint
 from trnsim.perf.zoo import zoo_model
 
 DEFAULT_MODELS = ("bert-large-uncased", "electra-large-discriminator")
@@ -103,7 +104,7 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     graph = run_pipeline(capture(model, (), inputs), options)
     root = cache_dir()
     # the report also depends on the instance (chip memory, price, cores): key on all of it
-    key = (hashlib.sha256((cache_key(graph, options, spec.chip.core) + repr(spec)).encode())
+    key = (hashlib.sha256((cache_key(graph, options, spec.chip.core) + fingerprint(spec)).encode())
            .hexdigest()[:32] if root else None)
     cached = _read_report(root, key) if root else None
     if cached is not None and not check_numerics:

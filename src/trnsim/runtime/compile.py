@@ -20,6 +20,7 @@ import numpy as np
 
 from trnsim import __version__, hardware
 from trnsim.errors import InvalidArgumentError
+from trnsim.hardware.spec import fingerprint
 from trnsim.runtime.cores import CoresUnavailableError, visible_cores
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
@@ -96,7 +97,7 @@ def cache_dir() -> Path | None:
 
 def cache_key(graph, options, core) -> str:
     text = graph.pretty(constants=True, sources=True)
-    payload = json.dumps({"graph": text, "options": options.key(), "core": repr(core),
+    payload = json.dumps({"graph": text, "options": options.key(), "core": fingerprint(core),
                           "trnsim": __version__, "code": _code_digest()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
