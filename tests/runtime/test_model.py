@@ -98,6 +98,20 @@ def test_second_trace_hits_the_compile_cache(compiled):
     assert torch.equal(again(x)["y"], c(x)["y"])
 
 
+def test_warm_cache_reports_without_lowering_again(compiled):
+    """A cache hit keeps the program unlowered until something needs instructions; its report
+    (for the same copies and instance) comes from the cache, equal to the first."""
+    from trnsim.isa import Program
+
+    model, x, c = compiled
+    first = c.report()
+    again = trnsim.trace(model, (x,), instance="inf2.xlarge")
+    report = again.report()
+    assert not isinstance(again.program_source, Program)  # never lowered
+    assert report.to_dict() == first.to_dict()
+    assert isinstance(again.program, Program) and again.program.instructions
+
+
 def test_more_copies_than_visible_cores_fails_like_neuron(monkeypatch):
     model = torch.nn.Linear(8, 8)
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")

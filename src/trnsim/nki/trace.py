@@ -30,7 +30,6 @@ from trnsim.numerics import dtype as as_dtype
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _state = threading.local()
-_tile_ids = itertools.count()
 
 
 def current_trace(required: bool = True) -> Trace | None:
@@ -156,6 +155,7 @@ class Trace:
     def __init__(self, name: str, core, *, dtype_style: str = "legacy",
                  tile_class: type[Tile] = Tile) -> None:
         self.builder = ProgramBuilder(name, core)
+        self._tile_ids = itertools.count()  # per trace, so tracing twice gives equal programs
         self.tile_class = tile_class  # the API's tensor type (legacy Tile or current NkiTensor)
         self.core = self.builder.core
         self.dtype_style = dtype_style
@@ -205,7 +205,7 @@ class Trace:
         axes = tuple(Axis(s) for s in shape)
         tile = self.tile_class(self, None, axes, as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, tags=tuple(tags), matmul=matmul),
-                    name=f"{(self.label or 'tile').split('.')[-1]}_{next(_tile_ids)}")
+                    name=f"{(self.label or 'tile').split('.')[-1]}_{next(self._tile_ids)}")
         tile._pending_source, tile._pending_label = self.source, self.label
         self.pending = tile
         return tile
@@ -323,7 +323,7 @@ class Trace:
     def allocate(self, shape: tuple[int, ...], dtype, buffer: str, *, name: str = "",
                  par_axis: int = 0, offset: int | None = None) -> Tile:
         dt = as_dtype(dtype)
-        name = name or f"t{next(_tile_ids)}"
+        name = name or f"t{next(self._tile_ids)}"
         if buffer in ("hbm", "shared_hbm", "private_hbm"):
             return self.hbm_tensor(name, shape, dt, kind="output" if buffer == "shared_hbm" else "internal",
                                    buffer=buffer)

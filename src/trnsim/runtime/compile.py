@@ -8,7 +8,6 @@ skips lowering. The cache lives in $TRNSIM_CACHE_DIR (default ~/.cache/trnsim; "
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -16,10 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trnsim import __version__, hardware
-from trnsim.errors import InvalidArgumentError
 from trnsim.hardware.spec import fingerprint
 from trnsim.runtime.cores import CoresUnavailableError, visible_cores
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
@@ -53,9 +49,11 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     placement = place(spec, options.cores, options.lnc)
     start = time.perf_counter()
     lowered, cached = _lower_cached(kernel_graph, options, spec)
-    timings["lower_s" if not cached else "cache_load_s"] = time.perf_counter() - start
+    timings["cache_load_s" if cached else "lower_s"] = time.perf_counter() - start
     compiled = _compiled(kernel_graph, lowered, spec, options, placement)
     compiled.meta.update(timings=timings, cache_hit=cached,
+                         cache_key=cache_key(kernel_graph, options, spec.chip.core)
+                         if cache_dir() else None,
                          weight_bytes=kernel_graph.weight_bytes(),
                          memory_plan=kernel_graph.meta.get("memory_plan"),
                          ignored_flags=list(options.ignored_flags))
@@ -82,7 +80,7 @@ def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
     out_dtypes = graph.meta.get("output_torch_dtypes") or [None] * len(graph.outputs)
     outputs = [OutputSpec(name, n.shape, n.dtype.name, td)
                for name, n, td in zip(lowered.outputs, graph.outputs, out_dtypes, strict=True)]
-    return CompiledModel(name=graph.name, program=lowered.program, inputs=inputs, outputs=outputs,
+    return CompiledModel(name=graph.name, program_source=lowered.program, inputs=inputs, outputs=outputs,
                          instance=spec.name, options=options.key(),
                          input_structure=graph.input_structure,
                          output_structure=graph.output_structure, kernels=lowered.kernels,
@@ -120,61 +118,56 @@ def _code_digest() -> str:
 
 
 def _lower_cached(graph, options, spec):
+    """(Lowered, cache hit). A hit skips lowering: the cache holds the lowering's small facts
+    (tensor names, kernel calls) and the program is lowered again only when something needs its
+    instructions (a functional call, a profile, save, or a report not cached yet). Lowering is
+    deterministic and, with kernel-call replay, faster than decoding a stored instruction list."""
     from trnsim.compiler.lowering import KernelCall, Lowered, lower
-    from trnsim.isa.serialize import program_from_data, program_to_data
 
     core = spec.chip.core
     root = cache_dir()
-    key = cache_key(graph, options, core) if root else None
-    path = root / f"{key}.json" if root else None
+    path = root / f"{cache_key(graph, options, core)}.json" if root else None
     if path is not None and path.exists():
         try:
             data = json.loads(path.read_text())
-            constants = _graph_constants(graph, data["program"]["tensors"])
-            constants.update(_decode_arrays(data.get("kernel_constants", {})))
-            program = program_from_data(data["program"], constants)
             calls = [KernelCall(**c) for c in data["kernels"]]
-            return Lowered(program, data["inputs"], data["outputs"], calls), True
-        except (OSError, KeyError, ValueError, InvalidArgumentError):
+            return Lowered(_LazyLowering(graph, core), data["inputs"], data["outputs"], calls), True
+        except (OSError, KeyError, TypeError, ValueError):
             pass  # a stale or unreadable entry: compile again and overwrite it
     lowered = lower(graph, core)
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = {"program": program_to_data(lowered.program), "inputs": lowered.inputs,
-                    "outputs": lowered.outputs, "kernels": [vars(c) for c in lowered.kernels],
-                    "kernel_constants": _encode_arrays(lowered.program)}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
-            tmp.replace(path)
-        except OSError:
-            pass
+        write_json(path, {"inputs": lowered.inputs, "outputs": lowered.outputs,
+                          "kernels": [vars(c) for c in lowered.kernels]})
     return lowered, False
 
 
-def _graph_constants(graph, tensors) -> dict:
-    """Constant data for a cached program, rebuilt from the live graph (weights are not cached)."""
-    from trnsim.compiler.lowering import constant_data
-    from trnsim.kernels.layout import KERNEL_CONSTANT_PREFIX
+class _LazyLowering:
+    """The program of a cache hit, lowered on first use."""
 
-    wanted = [t["name"] for t in tensors if t["kind"] == "constant"
-              and not t["name"].startswith(KERNEL_CONSTANT_PREFIX)]
-    return constant_data(graph, wanted)
+    def __init__(self, graph, core) -> None:
+        self._args = (graph, core)
 
+    def __call__(self):
+        from trnsim.compiler.lowering import lower
 
-def _encode_arrays(program) -> dict:
-    """Kernel-made constants (small patterns: identities, masks), cached with the program."""
-    from trnsim.kernels.layout import KERNEL_CONSTANT_PREFIX
-
-    out = {}
-    for t in program.tensors.values():
-        if t.kind == "constant" and t.name.startswith(KERNEL_CONSTANT_PREFIX):
-            values = np.ascontiguousarray(t.values(), dtype=np.float32)
-            out[t.name] = {"shape": list(values.shape),
-                           "float32": base64.b64encode(values.tobytes()).decode("ascii")}
-    return out
+        graph, core = self._args
+        return lower(graph, core).program
 
 
-def _decode_arrays(encoded: dict) -> dict:
-    return {name: np.frombuffer(base64.b64decode(e["float32"]), dtype=np.float32).reshape(e["shape"])
-            for name, e in encoded.items()}
+def write_json(path: Path, data: dict) -> None:
+    """Write a cache entry atomically; a cache that cannot be written is skipped silently."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def report_cache_path(compiled: CompiledModel, copies: int) -> Path | None:
+    """Where a model's report for `copies` copies is cached (keyed on program and instance)."""
+    root, key = cache_dir(), compiled.meta.get("cache_key")
+    if root is None or key is None:
+        return None
+    return root / f"{key}.report-{copies}-{fingerprint(compiled.instance_spec)[:16]}.json"

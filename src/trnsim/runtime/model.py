@@ -9,6 +9,8 @@ simulated once (timing-only) and reused by `report()` and `profile()`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +42,7 @@ class OutputSpec:
 @dataclass
 class CompiledModel:
     name: str
-    program: Program
+    program_source: Program | Callable[[], Program]  # the program, or what lowers it on demand
     inputs: list[InputSpec]
     outputs: list[OutputSpec]
     instance: str
@@ -52,6 +54,13 @@ class CompiledModel:
     placement: list[int] = field(default_factory=list)  # visible cores holding a copy
     _timing: Any = None
     _loaded: Any = None
+
+    @property
+    def program(self) -> Program:
+        """The instruction program (lowered now if this model came from the compile cache)."""
+        if not isinstance(self.program_source, Program):
+            self.program_source = self.program_source()
+        return self.program_source
 
     @property
     def instance_spec(self):
@@ -114,12 +123,21 @@ class CompiledModel:
 
     def report(self, copies: int | None = None):
         """Latency, throughput with one copy per visible core, cost, breakdown (trnsim.perf)."""
-        from trnsim.runtime.report import build_report
+        from trnsim.runtime.compile import report_cache_path, write_json
+        from trnsim.runtime.report import ModelReport, build_report
 
         visible = copies or len(self.visible_cores())
+        path = report_cache_path(self, visible)
+        if path is not None and path.exists():
+            try:
+                return ModelReport.from_dict(json.loads(path.read_text()))
+            except (OSError, KeyError, TypeError, ValueError):
+                pass  # unreadable: simulate again and overwrite it
         loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
         report = build_report(model=self.name, instance=self.instance_spec, profile=self.timing(),
                               loaded_profiles=loaded, batch=self.batch, copies=visible)
+        if path is not None:
+            write_json(path, report.to_dict())
         return report
 
     def visible_cores(self) -> list[int]:

@@ -39,7 +39,7 @@ def load_model(path) -> CompiledModel:
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
     except (KeyError, TypeError, ValueError) as error:
         raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
-    return CompiledModel(name=manifest["name"], program=program, inputs=inputs, outputs=outputs,
+    return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs, outputs=outputs,
                          instance=manifest["instance"], options=manifest["options"],
                          input_structure=structures[0], output_structure=structures[1],
                          kernels=kernels, placement=manifest.get("placement", []))

@@ -64,6 +64,13 @@ class ModelReport:
             data.pop("kernels")
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelReport:
+        """A report back from `to_dict` (the compile cache keeps reports as JSON)."""
+        data = dict(data)
+        data["kernels"] = [KernelTime(**k) for k in data.get("kernels", [])]
+        return cls(**data)
+
     def table(self, top: int = 12) -> str:
         from trnsim.runtime.report_tables import report_table
 

@@ -108,19 +108,21 @@ class HbmSpace:
         self.used += decl.nbytes
         self._decls[key] = decl
 
-    def tensor(self, key: str) -> MemoryViews:
-        """The byte buffer of a reserved tensor, allocated (NaN-filled) on first use."""
+    def tensor(self, key: str, *, fill: bool = True) -> MemoryViews:
+        """The byte buffer of a reserved tensor, allocated on first use: NaN-filled, or left
+        unfilled (`fill=False`) when the caller is about to overwrite all of it."""
         views = self._tensors.get(key)
         if views is None:
             decl = self._decls[key]
-            buffer = np.full(decl.nbytes, UNINITIALISED_BYTE, dtype=np.uint8)
+            buffer = (np.full(decl.nbytes, UNINITIALISED_BYTE, dtype=np.uint8) if fill
+                      else np.empty(decl.nbytes, dtype=np.uint8))
             views = self._tensors[key] = MemoryViews(f"HBM tensor {decl.name!r}", buffer, 0)
         return views
 
-    def array(self, key: str) -> np.ndarray:
+    def array(self, key: str, *, fill: bool = True) -> np.ndarray:
         """The tensor's bytes as a numpy array of its declared shape and dtype (a view)."""
         decl = self._decls[key]
-        return self.tensor(key).buffer.view(decl.dtype.np_dtype).reshape(decl.shape)
+        return self.tensor(key, fill=fill).buffer.view(decl.dtype.np_dtype).reshape(decl.shape)
 
     @property
     def allocated_bytes(self) -> int:

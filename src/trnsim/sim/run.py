@@ -172,7 +172,7 @@ def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: li
             continue  # declared by programs on another chip
         decl = next(p.tensors[name] for p in programs if name in p.tensors)
         check_array(decl, value)
-        hbm.array(owner[name])[...] = value
+        hbm.array(owner[name], fill=False)[...] = value
         loaded.add(owner[name])
     for program, given, names in zip(programs, inputs, keys, strict=True):
         for decl in program.tensors.values():
@@ -180,12 +180,12 @@ def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: li
             if key in loaded:
                 continue
             if given and decl.kind == "input" and decl.name in given:
-                hbm.array(key)[...] = np.asarray(given[decl.name])
+                hbm.array(key, fill=False)[...] = np.asarray(given[decl.name])
                 loaded.add(key)
             elif decl.data is not None:
                 # a callable is lazily computed data (e.g. a weight laid out at load time)
                 data = np.asarray(decl.data() if callable(decl.data) else decl.data)
                 if data.dtype != decl.dtype.np_dtype:
                     data = cast(data, decl.dtype)
-                hbm.array(key)[...] = data.reshape(decl.shape)
+                hbm.array(key, fill=False)[...] = data.reshape(decl.shape)
                 loaded.add(key)

@@ -26,6 +26,8 @@ from trnsim.errors import TrnsimError, UnsupportedError
 from trnsim.isa import Program
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
+from trnsim.numerics import cast
+from trnsim.numerics import dtype as as_dtype
 
 VIEWS = ("reshape", "permute", "expand", "slice")
 LEAVES = ("scalar", "full", "arange")
@@ -99,7 +101,7 @@ class _Lowering:
         if node.op != "constant" and node.op not in LEAVES:
             raise IRError(f"{node!r} ({node.op}) is used before it is computed")
         return self.trace.hbm_tensor(node.name, node.shape or (1,), node.dtype, kind="constant",
-                                     data=_Lazy(self.graph, node, False))
+                                     data=_Lazy(self.graph, node, False, node.dtype))
 
     def weight_kn(self, node: Node) -> Tile:
         """A [.., n, k] weight stored transposed ([.., k, n]) once, at load time."""
@@ -108,7 +110,7 @@ class _Lowering:
             shape = (*node.shape[:-2], node.shape[-1], node.shape[-2])
             found = self.kn_weights[id(node)] = self.trace.hbm_tensor(
                 f"{node.name}{KN_SUFFIX}", shape, node.dtype, kind="constant",
-                data=_Lazy(self.graph, node, True))
+                data=_Lazy(self.graph, node, True, node.dtype))
         return found
 
     def _view(self, node: Node) -> Tile:
@@ -400,32 +402,21 @@ def leaf_data(graph: Graph, node: Node, *, kn: bool = False) -> np.ndarray:
 
 
 class _Lazy:
-    """A constant's data, computed on first use and kept (timing-only runs never compute it)."""
+    """A constant's data in its HBM dtype and layout, computed on first use and kept (timing-only
+    runs never compute it; functional runs cast and transpose each weight once, not per call)."""
 
-    def __init__(self, graph: Graph, node: Node, kn: bool) -> None:
-        self._args = (graph, node, kn)
+    def __init__(self, graph: Graph, node: Node, kn: bool, dtype) -> None:
+        self._args = (graph, node, kn, dtype)
         self._value: np.ndarray | None = None
 
     def __call__(self) -> np.ndarray:
         if self._value is None:
-            graph, node, kn = self._args
-            self._value = leaf_data(graph, node, kn=kn)
+            graph, node, kn, dtype = self._args
+            data = np.ascontiguousarray(leaf_data(graph, node, kn=kn))  # transpose in fp32: fast
+            target = as_dtype(dtype)
+            self._value = cast(data, target) if data.dtype != target.np_dtype else data
             self._args = None
         return self._value
-
-
-def constant_data(graph: Graph, names: list[str]) -> dict[str, np.ndarray]:
-    """Rebuild a lowered program's constant tensors by name from a (live) graph."""
-    by_name = {n.name: n for n in graph.nodes}
-    out = {}
-    for name in names:
-        node, kn = by_name.get(name), False
-        if node is None and name.endswith(KN_SUFFIX):
-            node, kn = by_name.get(name[:-len(KN_SUFFIX)]), True
-        if node is None or (node.op != "constant" and node.op not in LEAVES):
-            raise IRError(f"constant tensor {name!r} has no node in this graph")
-        out[name] = leaf_data(graph, node, kn=kn)
-    return out
 
 
 def _is_whole(tile: Tile) -> bool:
