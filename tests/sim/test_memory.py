@@ -56,3 +56,13 @@ def test_out_of_range_view_is_a_trnsim_error():
     memory = OnChipMemory(Memory.PSUM, 128, 64)
     with pytest.raises(LimitExceededError, match="psum"):
         memory.views(sbuf_ap(32, 128, (16,), "float32", memory=Memory.PSUM))
+
+
+def test_hbm_adopts_a_constant_without_copying():
+    hbm = HbmSpace(1 << 20, "test chip")
+    table = np.arange(64, dtype=np.float32).reshape(8, 8)
+    hbm.reserve("w", TensorDecl("w", (8, 8), dtype("float32"), "constant"))
+    assert hbm.adopt("w", table)
+    assert np.shares_memory(hbm.array("w"), table) and not hbm.array("w").flags.writeable
+    hbm.reserve("other", TensorDecl("other", (8, 8), dtype("bfloat16"), "constant"))
+    assert not hbm.adopt("other", table)  # another dtype: the caller copies (and casts) instead

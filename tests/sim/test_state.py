@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.sim.helpers import builder, hbm_ap, rng_array, sbuf_ap
+from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
     Activation,
     DmaCopy,
@@ -216,3 +217,25 @@ def test_constants_are_loaded_and_chips_can_be_named():
     np.testing.assert_array_equal(result.outputs["out"], table)
     assert result.profile.chip.name == "Trainium"
     assert result.profile.records[1].source == "k.py:3"
+
+
+def test_constants_are_used_in_place_and_cannot_be_written():
+    """A constant in its declared dtype becomes the tensor's bytes without a copy (weights are
+    not copied per call), read-only: a write is a clear error and the caller's array is intact."""
+    b = builder()
+    table = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    const = b.tensor("table", (128, 4), "float32", kind="constant", data=table)
+    out = b.output("out", (128, 4), "float32")
+    tile = b.tile((128, 4), "float32")
+    b.emit(DmaCopy(dst=tile, src=const.block()), DmaCopy(dst=out.block(), src=tile))
+    result = simulate(b.build())
+    np.testing.assert_array_equal(result.outputs["out"], table)
+
+    b = builder()
+    const = b.tensor("table", (128, 4), "float32", kind="constant", data=table)
+    tile = b.tile((128, 4), "float32")
+    b.emit(DmaCopy(dst=tile, src=const.block()), DmaCopy(dst=const.block(), src=tile,
+                                                         source="k.py:9"))
+    with pytest.raises(InvalidArgumentError, match=r"constant .*cannot write it.*k.py:9"):
+        simulate(b.build())
+    np.testing.assert_array_equal(table, np.arange(128 * 4, dtype=np.float32).reshape(128, 4))

@@ -26,8 +26,11 @@ def _inf1_assumptions() -> str:
     named = [label for spec, label, field in parts if spec.is_assumption(field)]
     return ("Inferentia (inf1, NeuronCore-v1) has no public ISA. Documented: 4 NeuronCores, 16 "
             "TFLOPS fp16/bf16 each, 8 GiB DDR4 at 50 GiB/s. Named assumptions "
-            "(trnsim.hardware.cores.NC_V1): " + ", ".join(named) + "; the model runs trnsim's "
-            "NeuronCore-v2 kernels on those figures, one NeuronCore per model.")
+            "(trnsim.hardware.cores.NC_V1): " + ", ".join(named) + ". The model runs trnsim's "
+            "NeuronCore-v2 kernels on those figures, one NeuronCore per model; NC-v1 has no "
+            "GpSimd, so its side work runs on VectorE and the patterns it would generate "
+            "(identity, masks) load from HBM. neuron-cc's pipeline mode across the 4 cores is "
+            "not modelled.")
 
 
 def _split(text: str | None, default) -> tuple:

@@ -119,6 +119,19 @@ class HbmSpace:
             views = self._tensors[key] = MemoryViews(f"HBM tensor {decl.name!r}", buffer, 0)
         return views
 
+    def adopt(self, key: str, data: np.ndarray) -> bool:
+        """Use `data` (a constant in the tensor's dtype and shape) as the tensor's bytes without
+        copying; read-only, so a run can never change the caller's array. False if it cannot be
+        adopted (another layout, or already allocated)."""
+        decl = self._decls[key]
+        if (key in self._tensors or data.dtype != decl.dtype.np_dtype or data.size * data.itemsize
+                != decl.nbytes or not data.flags.c_contiguous):
+            return False
+        buffer = data.reshape(-1).view(np.uint8)
+        buffer.flags.writeable = False
+        self._tensors[key] = MemoryViews(f"HBM tensor {decl.name!r}", buffer, 0)
+        return True
+
     def array(self, key: str, *, fill: bool = True) -> np.ndarray:
         """The tensor's bytes as a numpy array of its declared shape and dtype (a view)."""
         decl = self._decls[key]

@@ -187,5 +187,6 @@ def _load_tensors(hbm: HbmSpace, programs: list[Program], inputs: list, keys: li
                 data = np.asarray(decl.data() if callable(decl.data) else decl.data)
                 if data.dtype != decl.dtype.np_dtype:
                     data = cast(data, decl.dtype)
-                hbm.array(key, fill=False)[...] = data.reshape(decl.shape)
+                if not (decl.kind == "constant" and hbm.adopt(key, data)):
+                    hbm.array(key, fill=False)[...] = data.reshape(decl.shape)
                 loaded.add(key)

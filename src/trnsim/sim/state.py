@@ -42,8 +42,15 @@ class CoreState:
     def read_compute(self, ap: AccessPattern) -> np.ndarray:
         return to_compute(self._memory(ap).views(ap)[1], ap.dtype)
 
-    def write(self, ap: AccessPattern, values) -> None:
+    def _writable(self, ap: AccessPattern) -> np.ndarray:
         view = self._memory(ap).views(ap)[0]
+        if not view.flags.writeable:
+            raise InvalidArgumentError(f"{ap.describe()} is a constant (weights and other data "
+                                       f"the program was built with); instructions cannot write it")
+        return view
+
+    def write(self, ap: AccessPattern, values) -> None:
+        view = self._writable(ap)
         dt = ap.dtype
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
         if array.dtype != dt.np_dtype or dt.name == "tfloat32":
@@ -56,7 +63,7 @@ class CoreState:
                                        f"{ap.describe()} (shape {list(ap.shape)})") from None
 
     def accumulate(self, ap: AccessPattern, values) -> None:
-        view = self._memory(ap).views(ap)[0]
+        view = self._writable(ap)
         if ap.dtype.name == "float32":
             try:
                 np.add(view, values, out=view, dtype=np.float32)
