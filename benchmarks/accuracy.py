@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 from trnsim import hardware
-from trnsim.hardware import fabric
 from trnsim.perf.validate import default_csv, mape, read_rows, validate
 
 CALIBRATION_PREFIXES = ("seed-", "neuron-inf2-", "nki-matmul-optimized")
@@ -72,16 +71,6 @@ KNOBS = (
 )
 
 
-@contextmanager
-def fabric_variant(chip: str, changes: dict):
-    saved = fabric.FABRICS[chip]
-    fabric.FABRICS[chip] = replace(saved, **changes)
-    try:
-        yield
-    finally:
-        fabric.FABRICS[chip] = saved
-
-
 def _affected(knob: Knob, rows: list[dict]) -> set[str]:
     out = set()
     for row in rows:
@@ -122,7 +111,7 @@ def main() -> None:
             continue
         ids = _affected(knob, rows)
         context = (hardware.core_variant(knob.core, **knob.core_changes) if knob.core
-                   else fabric_variant(knob.fabric_chip, knob.fabric_changes)
+                   else hardware.fabric_variant(knob.fabric_chip, **knob.fabric_changes)
                    if knob.fabric_chip else nullcontext())
         with context:
             changed = {r.id: r for r in validate(ids=ids)}

@@ -43,3 +43,12 @@ def test_fingerprint_is_stable_across_processes_and_changes_with_any_figure():
         assert fingerprint(variant) != base
         assert hardware.instance("inf2.xlarge").chip.core is variant
     assert fingerprint(hardware.core(2)) == base
+
+
+def test_fabric_variant_changes_the_fabric_only_inside_the_block():
+    from trnsim import hardware
+
+    base = hardware.fabric_spec("Trainium")
+    with hardware.fabric_variant("Trainium", launch_latency_ns=0.0) as variant:
+        assert hardware.fabric_spec("Trainium") is variant and variant.launch_latency_ns == 0.0
+    assert hardware.fabric_spec("Trainium") is base and base.launch_latency_ns > 0

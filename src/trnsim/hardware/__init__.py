@@ -14,7 +14,13 @@ from trnsim.hardware.cores import (
     InstructionCosts,
     TensorEngineSpec,
 )
-from trnsim.hardware.fabric import FABRICS, FabricSpec, efa_bytes_per_s_per_chip, fabric_spec
+from trnsim.hardware.fabric import (
+    FABRICS,
+    FabricSpec,
+    efa_bytes_per_s_per_chip,
+    fabric_spec,
+    fabric_variant,
+)
 from trnsim.hardware.instances import INSTANCES, InstanceSpec
 from trnsim.hardware.spec import ASSUMPTION, Alternative
 from trnsim.hardware.topology import Link, Topology
@@ -42,6 +48,7 @@ __all__ = [
     "core_variant",
     "efa_bytes_per_s_per_chip",
     "fabric_spec",
+    "fabric_variant",
     "instance",
     "instance_names",
 ]

@@ -25,6 +25,8 @@ How the collectives layer uses them (see `trnsim.collectives`):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from trnsim.errors import UnsupportedError
@@ -153,6 +155,18 @@ def fabric_spec(chip: ChipSpec | str) -> FabricSpec:
         raise UnsupportedError(f"collectives are not modelled on {name} (nccom-test supports "
                                f"{', '.join(known)})")
     return found
+
+
+@contextmanager
+def fabric_variant(chip: str, **changes) -> Iterator[FabricSpec]:
+    """Within the block, chip generation `chip` ("Trainium") has a fabric with the given changes
+    (what-if studies, like `core_variant`; not thread-safe)."""
+    saved = fabric_spec(chip)
+    FABRICS[saved.chip] = variant = replace(saved, **changes)
+    try:
+        yield variant
+    finally:
+        FABRICS[saved.chip] = saved
 
 
 def efa_bytes_per_s_per_chip(spec: InstanceSpec) -> float | None:

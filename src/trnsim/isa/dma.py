@@ -15,7 +15,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa.access import AccessPattern, Memory
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction
+from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, SrcToDst
 
 
 @dataclass(frozen=True)
@@ -100,20 +100,12 @@ class DmaCopy(_Dma):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DmaTranspose(_Dma):
+class DmaTranspose(_Dma, SrcToDst):
     """2-D transpose by DMA: dst [F, P] = src [P, F] for 2- and 4-byte dtypes."""
 
     OPCODE: ClassVar[str] = "DmaTranspose"
 
-    dst: AccessPattern
-    src: AccessPattern
     queue: int | None = None
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

@@ -13,7 +13,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa.access import AccessPattern
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, streaming_cost
+from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, SrcToDst, streaming_cost
 from trnsim.isa.ops import alu_op
 from trnsim.isa.vector_elementwise import read_for
 
@@ -46,21 +46,13 @@ def _check_steps(instruction: Instruction, ap: AccessPattern) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorPartitionReduce(Instruction):
+class TensorPartitionReduce(SrcToDst):
     """dst[0, :] = op over partitions of src (add, max, min, bitwise and/or)."""
 
     OPCODE: ClassVar[str] = "TensorPartitionReduce"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.GPSIMD,)
 
-    dst: AccessPattern
-    src: AccessPattern
     op: str
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -119,26 +111,18 @@ class Iota(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AffineSelect(Instruction):
+class AffineSelect(SrcToDst):
     """dst = src where cmp(affine(p, i), 0) holds, else `fill` (e.g. a causal mask)."""
 
     OPCODE: ClassVar[str] = "AffineSelect"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.GPSIMD,)
 
-    dst: AccessPattern
-    src: AccessPattern
     cmp: str = "greater"
     base: int = 0
     partition_step: int = 0
     steps: tuple[int, ...] = ()
     fill: float = 0.0
     free_shape: tuple[int, ...] = ()  # logical free shape `steps` refer to (default: src's dims)
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

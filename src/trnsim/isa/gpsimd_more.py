@@ -16,7 +16,15 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa.access import AccessPattern, Memory
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, cycles_to_ns, streaming_cost
+from trnsim.isa.instruction import (
+    Cost,
+    Engine,
+    ExecutionState,
+    Instruction,
+    SrcToDst,
+    cycles_to_ns,
+    streaming_cost,
+)
 
 GROUP = 16  # SBUF partitions per GpSimd core
 
@@ -68,21 +76,12 @@ class NGather(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SequenceBounds(Instruction):
+class SequenceBounds(SrcToDst):
     """dst [1, 2, N]: for each segment id, the [start, end) of its run of equal ids; padding
     (id 0) gets [N, -1] (nisa.sequence_bounds)."""
 
     OPCODE: ClassVar[str] = "SequenceBounds"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.GPSIMD,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

@@ -220,3 +220,17 @@ def is_strided(core: CoreSpec, *aps: AccessPattern) -> bool:
     """An innermost stride over 16 B halves the SBUF/PSUM streaming rate."""
     return any(ap.innermost_stride_bytes > core.costs.strided_threshold_bytes for ap in aps
                if ap.on_chip)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SrcToDst(Instruction):
+    """An instruction that reads one tile (`src`) and writes one (`dst`)."""
+
+    dst: AccessPattern
+    src: AccessPattern
+
+    def reads(self) -> tuple[AccessPattern, ...]:
+        return (self.src,)
+
+    def writes(self) -> tuple[AccessPattern, ...]:
+        return (self.dst,)

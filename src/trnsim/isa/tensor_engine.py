@@ -18,7 +18,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa.access import AccessPattern, Memory
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, cycles_to_ns
+from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, SrcToDst, cycles_to_ns
 from trnsim.numerics import round_tf32
 
 DOUBLE_ROW = "double_row"
@@ -174,7 +174,7 @@ class MultiplyMoving(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorTranspose(Instruction):
+class TensorTranspose(SrcToDst):
     """PF-transpose of src [P, F] into PSUM dst [F, P] on TensorE.
 
     NeuronCore-v2 does it as a matmul with an identity moving tile, so an Inf or NaN in a column
@@ -185,14 +185,6 @@ class TensorTranspose(Instruction):
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.TENSOR,)
     PIPELINE: ClassVar[str] = "multiply"
 
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

@@ -13,7 +13,15 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa.access import AccessPattern, Memory
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, is_strided, streaming_cost
+from trnsim.isa.instruction import (
+    Cost,
+    Engine,
+    ExecutionState,
+    Instruction,
+    SrcToDst,
+    is_strided,
+    streaming_cost,
+)
 from trnsim.isa.operands import Operand, check_vector_operand, operand_aps, operand_value, same_elements
 from trnsim.isa.ops import AluOp, alu_op
 from trnsim.isa.registers import apply_reduce_cmd
@@ -234,20 +242,11 @@ class ScalarTensorTensor(_Elementwise):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorCopy(_Elementwise):
+class TensorCopy(_Elementwise, SrcToDst):
     """dst = src. Vector/GpSimd copy bits when dtypes match; ScalarE always goes through fp32."""
 
     OPCODE: ClassVar[str] = "TensorCopy"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -288,18 +287,9 @@ class Memset(_Elementwise):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Reciprocal(_Elementwise):
+class Reciprocal(_Elementwise, SrcToDst):
     OPCODE: ClassVar[str] = "Reciprocal"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

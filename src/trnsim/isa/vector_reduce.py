@@ -9,7 +9,15 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa.access import AccessPattern, Memory
-from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, is_strided, streaming_cost
+from trnsim.isa.instruction import (
+    Cost,
+    Engine,
+    ExecutionState,
+    Instruction,
+    SrcToDst,
+    is_strided,
+    streaming_cost,
+)
 from trnsim.isa.operands import Operand, check_vector_operand, operand_aps, operand_value, same_elements
 from trnsim.isa.ops import alu_op
 from trnsim.isa.registers import REDUCE_CMDS, apply_reduce_cmd
@@ -19,23 +27,15 @@ FP32_MIN = float(np.finfo(np.float32).min)
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorReduce(Instruction):
+class TensorReduce(SrcToDst):
     """Reduce `src` over trailing free axes (1-based, consecutive, including the last)."""
 
     OPCODE: ClassVar[str] = "TensorReduce"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR, Engine.GPSIMD)
 
-    dst: AccessPattern
-    src: AccessPattern
     op: str
     axes: tuple[int, ...] = (1,)
     negate: bool = False
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -79,20 +79,11 @@ class TensorReduce(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BnStats(Instruction):
+class BnStats(SrcToDst):
     """Per partition of src [P, F<=512]: (count, mean, var*count) of the even and odd elements."""
 
     OPCODE: ClassVar[str] = "BnStats"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -119,20 +110,11 @@ class BnStats(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BnAggr(Instruction):
+class BnAggr(SrcToDst):
     """Combine (count, mean, M2) triples into (mean, variance) per partition (Chan et al.)."""
 
     OPCODE: ClassVar[str] = "BnAggr"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -156,20 +138,11 @@ class BnAggr(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Max8(Instruction):
+class Max8(SrcToDst):
     """The 8 largest values of each partition, descending."""
 
     OPCODE: ClassVar[str] = "Max8"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)
@@ -378,20 +351,11 @@ class RangeSelect(_SelectWithMax):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VectorTranspose(Instruction):
+class VectorTranspose(SrcToDst):
     """Bit-exact PF-transpose of up to 32 x 32 elements inside a partition quadrant."""
 
     OPCODE: ClassVar[str] = "VectorTranspose"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
-
-    dst: AccessPattern
-    src: AccessPattern
-
-    def reads(self):
-        return (self.src,)
-
-    def writes(self):
-        return (self.dst,)
 
     def check(self, core) -> None:
         super().check(core)

@@ -121,7 +121,7 @@ class Plan:
 
 
 def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, compute_bytes: int,
-                max_acc_banks: int, compute_bound: bool = True, budget: int = 128 * 1024) -> Plan:
+                max_acc_banks: int, compute_bound: bool, budget: int) -> Plan:
     """Pick residency, block widths, K chunking and K tiling for ``[rows, K] @ [K, cols]``.
 
     `compute_bound`: TensorE, not DMA, is expected to bound the kernel; then a start that gets

@@ -7,19 +7,16 @@ throughput with one copy per NeuronCore, and cost per inference.
 
 Timing does not depend on weight values, so timing-only cases build models without initialising
 their weights (fast); `check_numerics` builds them properly and compares with eager PyTorch.
-Reports are cached beside the compile cache, keyed like it, so a warm run only captures.
+The compile cache keeps programs and reports, so a warm run only captures.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from trnsim import hardware
-from trnsim.hardware.spec import fingerprint
 from trnsim.perf.zoo import zoo_model
 
 DEFAULT_MODELS = ("bert-large-uncased", "electra-large-discriminator")
@@ -89,9 +86,9 @@ def build_model(name: str, *, initialise: bool):
 
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str = "matmult",
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None) -> BenchResult:
-    """Compile and time one (model, batch, seq, instance) case; reports are cached."""
-    from trnsim.compiler import capture, options_from_env, run_pipeline
-    from trnsim.runtime.compile import cache_dir, cache_key
+    """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
+    warm compile cache only the capture runs (the program and its report are cached)."""
+    from trnsim.runtime import trace
 
     start = time.perf_counter()
     entry = zoo_model(name)
@@ -99,42 +96,23 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     spec = hardware.instance(instance)
     model = model if model is not None else build_model(name, initialise=check_numerics)
     inputs = entry.inputs(batch, seq)
-    options = options_from_env({}, instance=spec.name, auto_cast=auto_cast,
-                               auto_cast_type=auto_cast_type)
-    graph = run_pipeline(capture(model, (), inputs), options)
-    root = cache_dir()
-    # the report also depends on the instance (chip memory, price, cores): key on all of it
-    key = (hashlib.sha256((cache_key(graph, options, spec.chip.core) + fingerprint(spec)).encode())
-           .hexdigest()[:32] if root else None)
-    cached = _read_report(root, key) if root else None
-    if cached is not None and not check_numerics:
-        result = BenchResult(**cached)
-        result.cache_hit, result.seconds = True, time.perf_counter() - start
-        return result
-    compiled = _compile(graph, options, spec)
+    compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
+                     auto_cast_type=auto_cast_type)
     report = compiled.report()
     result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
                          latency_ms=report.latency_ms, loaded_latency_ms=report.loaded_latency_ms,
                          throughput_per_s=report.throughput_per_s,
                          cost_per_inference_usd=report.cost_per_inference_usd,
-                         copies=report.copies, bound=report.bound)
+                         copies=report.copies, bound=report.bound,
+                         cache_hit=bool(compiled.meta.get("cache_hit")))
     published = published_latency(name, spec.name, batch, seq)
     if published is not None:
         result.published_ms = published
         result.error_pct = 100.0 * (result.latency_ms - published) / published
-    if root:
-        _write_report(root, key, result)
     if check_numerics:
         result.numerics = _numerics(compiled, model, inputs)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def _compile(graph, options, spec):
-    from trnsim.runtime.compile import _compiled, _lower_cached, place
-
-    lowered, _ = _lower_cached(graph, options, spec)
-    return _compiled(graph, lowered, spec, options, place(spec, 1, options.lnc))
 
 
 def _numerics(compiled, model, inputs) -> dict:
@@ -178,25 +156,3 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                                         auto_cast_type=auto_cast_type,
                                         check_numerics=check_numerics, model=model))
     return results
-
-
-def _report_path(root, key):
-    return root / f"{key}.bench.json"
-
-
-def _read_report(root, key) -> dict | None:
-    path = _report_path(root, key)
-    try:
-        return json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):
-        return None
-
-
-def _write_report(root, key, result: BenchResult) -> None:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        data = result.to_dict()
-        data.update(cache_hit=False, seconds=0.0, numerics={})
-        _report_path(root, key).write_text(json.dumps(data))
-    except OSError:
-        pass
