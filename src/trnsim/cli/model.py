@@ -65,6 +65,10 @@ def compile_command(
     output: str = typer.Option("model.trnsim", "--output", "-o"),
     auto_cast: str = typer.Option(None, "--auto-cast", help="none | matmult | all"),
     auto_cast_type: str = typer.Option(None, "--auto-cast-type", help="bf16 | fp16 | tf32 | fp8_e4m3"),
+    cores: int = typer.Option(1, "--cores", help="NeuronCores to use: copies x tensor-parallel "
+                              "ranks (a model too large for one core is split automatically)"),
+    tensor_parallel: int = typer.Option(None, "--tensor-parallel", "--tp",
+                                        help="cores each copy's weights are split over"),
 ) -> None:
     """Trace and compile a PyTorch model; save it (JSON + safetensors) and print its report."""
     import trnsim
@@ -77,7 +81,8 @@ def compile_command(
             raise InvalidArgumentError("the factory returned only a model: give --input-shape")
         inputs = example_inputs(input_shape)
     compiled = trnsim.trace(model, inputs, instance=instance, auto_cast=auto_cast,
-                            auto_cast_type=auto_cast_type)
+                            auto_cast_type=auto_cast_type, cores=cores,
+                            tensor_parallel=tensor_parallel)
     path = compiled.save(output)
     out = console()
     out.print(compiled.report().table(), highlight=False, markup=False)

@@ -73,7 +73,8 @@ class ModelTooLargeError(LimitExceededError):
             "model memory", f"{_gib(model_bytes)} ({_gib(weights)} weights + {_gib(activations)} "
             "peak activations)", f"{_gib(device_bytes)}",
             context=f"device memory of {cores} NeuronCore(s) on {instance}; try "
-                    "auto_cast='all' (halves fp32 weights), more cores, or a larger instance")
+                    "auto_cast='all' (halves fp32 weights), cores=N to split the weights over N "
+                    "cores (tensor parallel), or a larger instance")
 
 
 class IRError(Exception):

@@ -51,6 +51,9 @@ k.reduce   operand (x). attrs: op (sum | mean | amax | amin | prod | any | all |
 k.cumsum   operand (x). attrs: axis, dtype.
 k.concat   operands (x0, x1, ...). attrs: axis, dtype.
 k.pad      operand (x). attrs: pads ((before, after) per axis), value, dtype.
+k.collective operand (x), this rank's value under tensor parallelism (the tensor_parallel pass).
+           attrs: kind ("all_gather": concatenate the ranks' x along `axis`; "all_reduce": sum
+           over the ranks), axis, degree (ranks in the group), dtype.
 
 Added by the last passes (see `trnsim.compiler.passes`):
     views      fold ("alias" | "dma" | "copy") and access ((element offset, ((stride, size), ...))
@@ -258,6 +261,22 @@ def _k_reduce(inputs, attrs, graph):
     return shape, _out(attrs)
 
 
+COLLECTIVE_KINDS = ("all_gather", "all_reduce")
+
+
+def _k_collective(inputs, attrs, graph):
+    x = inputs[0]
+    kind, degree = attrs["kind"], attrs["degree"]
+    if kind not in COLLECTIVE_KINDS or len(inputs) != 1 or degree < 2:
+        raise IRError(f"k.collective {kind!r} over {degree} ranks with {len(inputs)} operands")
+    if kind == "all_reduce":
+        return x.shape, _out(attrs)
+    axis = attrs["axis"]
+    if not 0 <= axis < x.rank:
+        raise IRError(f"k.collective all_gather axis {axis} out of range for {x.shape}")
+    return (*x.shape[:axis], x.shape[axis] * degree, *x.shape[axis + 1:]), _out(attrs)
+
+
 def _k_same_as(op: str):
     def rule(inputs, attrs, graph):
         from trnsim.compiler.ops import OPS
@@ -282,6 +301,7 @@ KERNELS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "k.cumsum": (_k_same_as("cumsum"), ("axis", "dtype")),
     "k.concat": (_k_same_as("concat"), ("axis", "dtype")),
     "k.pad": (_k_same_as("pad"), ("pads", "value", "dtype")),
+    "k.collective": (_k_collective, ("kind", "axis", "degree", "dtype")),
 }
 
 # What a graph may hold once fusion is done (checked by `check_kernel_level`).

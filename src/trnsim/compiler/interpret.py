@@ -30,26 +30,57 @@ F32 = np.float32
 
 
 def evaluate(graph: Graph, inputs: Sequence[Any]) -> list[np.ndarray]:
-    """Run `graph` on `inputs` (arrays or torch CPU tensors, in graph input order)."""
+    """Run `graph` on `inputs` (arrays or torch CPU tensors, in graph input order).
+
+    A tensor-parallel graph (``graph.meta["tensor_parallel"]``) runs once per rank in lockstep:
+    each rank reads its own weight chunks and ``k.collective`` combines the ranks' values; the
+    outputs (replicated) are rank 0's."""
     if len(inputs) != len(graph.inputs):
         raise InvalidArgumentError(f"{graph.name} takes {len(graph.inputs)} inputs, "
                                    f"got {len(inputs)}")
+    ranks = int(graph.meta.get("tensor_parallel", 1))
     last_use: dict[int, int] = {}
     for i, node in enumerate(graph.nodes):
         for operand in node.inputs:
             last_use[id(operand)] = i
     keep = {id(o) for o in graph.outputs}
-    env: dict[int, np.ndarray] = {}
+    envs: list[dict[int, np.ndarray]] = [{} for _ in range(ranks)]
     for node, value in zip(graph.inputs, inputs, strict=True):
-        env[id(node)] = store(_as_numpy(value), node.dtype)
+        for env in envs:
+            env[id(node)] = store(_as_numpy(value), node.dtype)
     for i, node in enumerate(graph.nodes):
-        if node.op != "input":
-            args = [env[id(x)] for x in node.inputs]
-            env[id(node)] = EVAL[node.op](node, args, graph)
+        if node.op == "k.collective":
+            values = _collective(node, [env[id(node.inputs[0])] for env in envs])
+            for env in envs:
+                env[id(node)] = values
+        elif node.op == "constant" and ranks > 1:
+            for rank, env in enumerate(envs):
+                env[id(node)] = graph.constant(node).value(rank)
+        elif node.op != "input":
+            for env in envs:
+                env[id(node)] = EVAL[node.op](node, [env[id(x)] for x in node.inputs], graph)
         for operand in set(node.inputs):  # free what nothing later reads (big models)
             if last_use.get(id(operand)) == i and id(operand) not in keep:
-                env.pop(id(operand), None)
-    return [env[id(o)] for o in graph.outputs]
+                for env in envs:
+                    env.pop(id(operand), None)
+    return [envs[0][id(o)] for o in graph.outputs]
+
+
+def _collective(node: Node, values: list[np.ndarray]) -> np.ndarray:
+    """The value every rank holds after a ``k.collective`` of the ranks' `values`."""
+    if node.attrs["kind"] == "all_gather":
+        return np.concatenate(values, axis=node.attrs["axis"])
+    total = np.sum(np.stack([v.astype(F32) for v in values]), axis=0)
+    return store(total, node.dtype)
+
+
+def _one_rank_collective(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    raise InvalidArgumentError(f"{node!r} = k.collective combines the values of "
+                               f"{node.attrs['degree']} ranks; evaluate() runs them all when the "
+                               f"graph says graph.meta['tensor_parallel']")
+
+
+EVAL["k.collective"] = _one_rank_collective
 
 
 def _as_numpy(value: Any) -> np.ndarray:

@@ -77,26 +77,48 @@ class Constant:
     dtype: DType
     origin: str = "folded"  # "parameter" | "buffer" | "folded" | the model's state-dict key
     pending: DType | None = None
+    # (axis, degree): under tensor parallelism each rank holds one of `degree` equal chunks of
+    # `data` along `axis`; the node's shape is the chunk's. None: every rank holds all of it.
+    shard: tuple[int, int] | None = None
 
     @property
     def shape(self) -> Shape:
-        return tuple(self.data.shape)
+        shape = tuple(self.data.shape)
+        if self.shard is None:
+            return shape
+        axis, degree = self.shard
+        return (*shape[:axis], shape[axis] // degree, *shape[axis + 1:])
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
-    def value(self) -> np.ndarray:
-        """The values in this constant's dtype storage (applies a pending cast)."""
+    def value(self, rank: int = 0) -> np.ndarray:
+        """The values in this constant's dtype storage (applies a pending cast); for a sharded
+        constant, rank `rank`'s chunk."""
+        data = self.data
+        if self.shard is not None:
+            axis, degree = self.shard
+            size = data.shape[axis] // degree
+            data = data[(slice(None),) * axis + (slice(rank * size, (rank + 1) * size),)]
         if self.pending is None:
-            return self.data
-        return cast(self.data, self.pending, rounding="rne")
+            return data
+        return cast(data, self.pending, rounding="rne")
 
     def cast_to(self, target: DType) -> Constant:
         """The same data declared as `target`; the conversion waits until `value()`."""
         if target == self.dtype:
             return self
-        return Constant(self.data, target, self.origin, target)
+        return Constant(self.data, target, self.origin, target, self.shard)
+
+    def sharded(self, axis: int, degree: int) -> Constant:
+        """The same data split into `degree` chunks along `axis`, one per rank."""
+        if self.shard is not None:
+            raise IRError(f"constant {self.origin} is sharded already ({self.shard})")
+        if self.data.shape[axis] % degree:
+            raise IRError(f"constant {self.origin}{list(self.data.shape)} axis {axis} does not "
+                          f"split into {degree} equal chunks")
+        return Constant(self.data, self.dtype, self.origin, self.pending, (int(axis), int(degree)))
 
 
 class Graph:
@@ -250,7 +272,9 @@ def format_node(node: Node, graph: Graph | None = None, *, sources: bool = True)
         c = graph.constants.get(node.attrs["ref"])
         if c is not None:
             pending = f", cast pending from {c.data.dtype}" if c.pending is not None else ""
-            text += f" <{c.origin}{pending}>"
+            shard = (f", rank's 1/{c.shard[1]} along axis {c.shard[0]}"
+                     if c.shard is not None else "")
+            text += f" <{c.origin}{pending}{shard}>"
     if attrs:
         text += " {" + ", ".join(f"{k}={_fmt(v)}" for k, v in attrs.items()) + "}"
     if sources and node.source:

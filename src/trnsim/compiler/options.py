@@ -40,6 +40,9 @@ class CompileOptions:
     auto_cast_type: str = "bf16"
     optlevel: int = 2
     lnc: int | None = None
+    # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
+    # core's share of HBM, else the fewest of `cores` that hold it (see passes.memory)
+    tensor_parallel: int | None = None
     dump_after: tuple[str, ...] = ()
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
 
@@ -56,6 +59,10 @@ class CompileOptions:
             raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
         if self.lnc not in (None, 1, 2):
             raise InvalidArgumentError(f"lnc={self.lnc!r}: expected 1 or 2")
+        tp = self.tensor_parallel
+        if tp is not None and (not isinstance(tp, int) or tp < 1 or self.cores % tp):
+            raise InvalidArgumentError(f"tensor_parallel={tp!r}: expected a positive integer that "
+                                       f"divides cores={self.cores} (cores = copies x ranks)")
 
     @property
     def cast_dtype(self) -> str | None:
@@ -65,7 +72,8 @@ class CompileOptions:
     def key(self) -> dict[str, Any]:
         """The fields that change the compiled result (for cache keys and reports)."""
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
-                "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc}
+                "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc,
+                "tensor_parallel": self.tensor_parallel}
 
 
 def parse_cc_flags(text: str) -> dict[str, Any]:

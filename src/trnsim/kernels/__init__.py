@@ -38,6 +38,8 @@ nothing is returned):
 - ``cumsum(out, x, *, axis)``, ``concat(out, inputs, *, axis)``, ``pad(out, x, *, pads, value)``,
   ``copy(out, x)`` (materialise a strided view; `x` may have another shape with out's number of
   elements: a reshape, in row-major element order).
+- ``collective(out, x, *, kind, axis, degree)``: all-gather along `axis` or all-reduce (sum)
+  over the `degree` ranks of a tensor-parallel model (one `CollectiveOp`, timed by the fabric).
 
 Callables (built by the lowering from the graph's fused step programs):
 - ``epilogue(acc, extras) -> Tile``: `acc` is the fp32 accumulator of one output block (a 2-D
@@ -51,6 +53,7 @@ for tests and benchmarks.
 """
 
 from trnsim.kernels.attention import attention
+from trnsim.kernels.collective import collective
 from trnsim.kernels.conv import conv2d
 from trnsim.kernels.elementwise import concat, copy, elementwise, pad
 from trnsim.kernels.gather import gather
@@ -59,5 +62,5 @@ from trnsim.kernels.norms import norm
 from trnsim.kernels.pool import pool2d
 from trnsim.kernels.reductions import cumsum, reduce, softmax
 
-__all__ = ["attention", "concat", "conv2d", "copy", "cumsum", "elementwise", "gather", "matmul",
+__all__ = ["attention", "collective", "concat", "conv2d", "copy", "cumsum", "elementwise", "gather", "matmul",
            "norm", "pad", "pool2d", "reduce", "softmax"]

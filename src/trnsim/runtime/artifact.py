@@ -58,6 +58,12 @@ def load_constants(path: Path, specs: dict[str, dict]) -> dict[str, np.ndarray]:
     return out
 
 
+def rank_key(name: str, rank: int) -> str:
+    """Where tensor-parallel rank `rank`'s chunk of a sharded constant is stored (rank 0's
+    under `name` itself, as the program names it)."""
+    return f"{name}@rank{rank}"
+
+
 def write(directory: str | Path, manifest: dict, program_data: dict,
           constants: dict[str, np.ndarray], report: dict | None = None) -> Path:
     root = Path(directory)
@@ -95,6 +101,10 @@ def read(directory: str | Path) -> tuple[dict, dict, dict[str, np.ndarray], dict
             raise ArtifactError(f"{root}: {name} does not match its checksum (corrupted or edited)")
     program_data = json.loads((root / "program.json").read_text())
     specs = {t["name"]: t for t in program_data["tensors"] if t["kind"] == "constant"}
+    for name in manifest.get("sharded", []):  # tensor-parallel ranks' chunks of a weight
+        for rank in range(1, int(manifest.get("tensor_parallel", 1))):
+            if name in specs:
+                specs[rank_key(name, rank)] = specs[name]
     constants = load_constants(root / "constants.safetensors", specs)
     report_path = root / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None

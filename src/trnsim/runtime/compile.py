@@ -26,19 +26,25 @@ CACHE_ENV = "TRNSIM_CACHE_DIR"
 def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cores: int = 1,
           auto_cast: str | None = None, auto_cast_type: str | None = None,
           optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
-          dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None) -> CompiledModel:
+          dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None,
+          tensor_parallel: int | None = None) -> CompiledModel:
     """Compile `model` for `instance` (torch_neuronx.trace semantics; see trnsim.compiler).
 
     auto_cast / auto_cast_type / optlevel default to NEURON_CC_FLAGS, else neuronx-cc's defaults
-    (matmult, bf16, -O2). `cores` copies of the model are placed round-robin on the visible
-    NeuronCores (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES) for throughput.
+    (matmult, bf16, -O2). The model uses `cores` NeuronCores of the visible ones
+    (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES): copies of it for throughput (data
+    parallel), each copy split over `tensor_parallel` cores. By default a copy takes one core
+    if the model fits that core's share of HBM, else the fewest of `cores` that hold it;
+    `tensor_parallel=N` asks for N (like neuronx-distributed's tp_degree; `cores` defaults to N).
     """
     from trnsim.compiler import capture, options_from_env, run_pipeline
 
     spec = hardware.instance(instance)
+    if tensor_parallel is not None and cores == 1:
+        cores = tensor_parallel
     options = options_from_env(instance=spec.name, cores=cores, auto_cast=auto_cast,
                                auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
-                               dump_after=dump_after or None)
+                               dump_after=dump_after or None, tensor_parallel=tensor_parallel)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     graph = capture(model, example_inputs, kwargs)
@@ -47,6 +53,9 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     kernel_graph = run_pipeline(graph, options)
     timings["passes_s"] = time.perf_counter() - start
     placement = place(spec, options.cores, options.lnc)
+    ranks = kernel_graph.meta.get("tensor_parallel", 1)
+    if ranks > 1:
+        _check_fabric(spec, ranks, options.lnc)
     start = time.perf_counter()
     lowered, cached = _lower_cached(kernel_graph, options, spec)
     timings["cache_load_s" if cached else "lower_s"] = time.perf_counter() - start
@@ -74,6 +83,20 @@ def place(spec, copies: int, lnc: int | None) -> list[int]:
     return [visible[i % len(visible)] for i in range(copies)]
 
 
+def _check_fabric(spec, ranks: int, lnc: int | None) -> None:
+    """Tensor-parallel ranks talk through collectives: refuse, before lowering, an instance
+    whose fabric trnsim does not model (Inferentia's neuron-cc pipelines across cores instead)."""
+    from trnsim.errors import UnsupportedError
+    from trnsim.nki.current.world import World
+    from trnsim.nki.current.world import place as place_ranks
+
+    try:
+        place_ranks(World(ranks=ranks, instance=spec.name), spec.chip, lnc or spec.chip.default_lnc)
+    except UnsupportedError as error:
+        raise UnsupportedError(f"tensor parallel over {ranks} cores of {spec.name}: {error}") \
+            from None
+
+
 def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
     inputs = [InputSpec(name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
               for name, n in zip(lowered.inputs, graph.inputs, strict=True)]
@@ -84,7 +107,8 @@ def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
                          instance=spec.name, options=options.key(),
                          input_structure=graph.input_structure,
                          output_structure=graph.output_structure, kernels=lowered.kernels,
-                         placement=placement)
+                         placement=placement,
+                         tensor_parallel=graph.meta.get("tensor_parallel", 1))
 
 
 # --- compile cache ------------------------------------------------------------------------------

@@ -52,8 +52,11 @@ class CompiledModel:
     kernels: list = field(default_factory=list)  # lowering.KernelCall records
     meta: dict = field(default_factory=dict)
     placement: list[int] = field(default_factory=list)  # visible cores holding a copy
+    tensor_parallel: int = 1  # cores one copy is split over (their programs differ in weights)
     _timing: Any = None
     _loaded: Any = None
+    _ranks: Any = None
+    _rank_timings: Any = None
 
     @property
     def program(self) -> Program:
@@ -61,6 +64,33 @@ class CompiledModel:
         if not isinstance(self.program_source, Program):
             self.program_source = self.program_source()
         return self.program_source
+
+    def rank_programs(self) -> list[Program]:
+        """One program per tensor-parallel rank (the same instructions, each rank's weights)."""
+        if self._ranks is None:
+            from trnsim.compiler.lowering import rank_program
+
+            self._ranks = [self.program] + [rank_program(self.program, r)
+                                            for r in range(1, self.tensor_parallel)]
+        return self._ranks
+
+    def _simulate(self, arrays, mode: str) -> list:
+        """Run one inference: on one core, or on the ranks of a tensor-parallel copy, which
+        exchange activations through the collectives fabric of the instance."""
+        from trnsim.sim import simulate
+
+        if self.tensor_parallel == 1:
+            return [simulate(self.program, arrays, mode=mode, chip=self.chip)]
+        from trnsim.nki.current.world import World, place
+        from trnsim.sim import CoreSlot, simulate_system
+
+        ranks = self.tensor_parallel
+        lnc = self.options.get("lnc") or self.chip.default_lnc
+        placement = place(World(ranks=ranks, instance=self.instance), self.chip, lnc)
+        slots = [CoreSlot(chip=placement.chips[r], group=r, rank=r) for r in range(ranks)]
+        return simulate_system(self.rank_programs(), [arrays] * ranks if arrays is not None
+                               else None, slots=slots, chip=self.chip, mode=mode,
+                               world=placement.sim_world())
 
     @property
     def instance_spec(self):
@@ -72,11 +102,9 @@ class CompiledModel:
 
     # --- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        from trnsim.sim import simulate
-
         flat = self._flatten(args, kwargs)
         arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
-        result = simulate(self.program, arrays, mode="functional", chip=self.chip)
+        result = self._simulate(arrays, "functional")[0]  # outputs are replicated on every rank
         values = [result.outputs[spec.name] for spec in self.outputs]
         as_torch = any(_is_torch(v) for v in flat) or (not flat)
         converted = [_to_torch(v, spec) if as_torch else v for v, spec in zip(values, self.outputs,
@@ -104,15 +132,25 @@ class CompiledModel:
 
     # --- timing -------------------------------------------------------------------------------
     def timing(self):
-        """The timing-only run of one inference (simulated once, then reused)."""
+        """The timing-only run of one inference (simulated once, then reused); of a
+        tensor-parallel model, the profile of its slowest rank."""
         if self._timing is None:
-            from trnsim.sim import simulate
-
-            self._timing = simulate(self.program, None, mode="timing", chip=self.chip).profile
+            self._rank_timings = [r.profile for r in self._simulate(None, "timing")]
+            self._timing = max(self._rank_timings, key=lambda p: p.total_ns)
         return self._timing
 
+    def rank_timings(self) -> list:
+        """The profile of every core of one inference (one unless tensor parallel)."""
+        self.timing()
+        return self._rank_timings
+
     def loaded_timing(self, copies: int | None = None):
-        """Profiles of `copies` copies running together on one chip (they share its HBM)."""
+        """Profiles of `copies` copies running together on one chip (they share its HBM).
+
+        A tensor-parallel copy already spans cores: its ranks' profiles (copies on other cores
+        are not simulated alongside; on trn1/inf2, copies of a 2-rank model own whole chips)."""
+        if self.tensor_parallel > 1:
+            return self.rank_timings()
         copies = min(copies or self.chip.logical_cores(), self.chip.logical_cores())
         if self._loaded is None or len(self._loaded) != copies:
             from trnsim.sim import simulate_cores
@@ -126,7 +164,7 @@ class CompiledModel:
         from trnsim.runtime.compile import report_cache_path, write_json
         from trnsim.runtime.report import ModelReport, build_report
 
-        visible = copies or len(self.visible_cores())
+        visible = copies or max(1, len(self.visible_cores()) // self.tensor_parallel)
         path = report_cache_path(self, visible)
         if path is not None and path.exists():
             try:
@@ -135,7 +173,8 @@ class CompiledModel:
                 pass  # unreadable: simulate again and overwrite it
         loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
         report = build_report(model=self.name, instance=self.instance_spec, profile=self.timing(),
-                              loaded_profiles=loaded, batch=self.batch, copies=visible)
+                              loaded_profiles=loaded, batch=self.batch, copies=visible,
+                              tensor_parallel=self.tensor_parallel)
         if path is not None:
             write_json(path, report.to_dict())
         return report
@@ -153,10 +192,10 @@ class CompiledModel:
         return self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else 1
 
     def profile(self, path) -> str:
-        """Write the Perfetto trace of one inference; returns the path."""
+        """Write the Perfetto trace of one inference (every rank's core); returns the path."""
         from trnsim.sim import write_trace
 
-        return str(write_trace([self.timing()], path))
+        return str(write_trace(self.rank_timings(), path))
 
     # --- saving -------------------------------------------------------------------------------
     def save(self, path) -> str:

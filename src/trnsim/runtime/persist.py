@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from trnsim.runtime.artifact import ArtifactError, read, write
+from trnsim.runtime.artifact import ArtifactError, rank_key, read, write
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
 
@@ -13,14 +13,34 @@ def save_model(model: CompiledModel, path) -> Path:
     from trnsim.isa.serialize import program_to_data
 
     constants = {t.name: t.values() for t in model.program.tensors.values() if t.kind == "constant"}
+    sharded = sorted(t.name for t in model.program.tensors.values()
+                     if t.kind == "constant" and getattr(t.data, "sharded", False))
+    for rank, program in enumerate(model.rank_programs()[1:], start=1):
+        constants.update({rank_key(name, rank): program.tensors[name].values() for name in sharded})
     manifest = {
         "name": model.name, "instance": model.instance, "options": model.options,
         "inputs": [asdict(s) for s in model.inputs], "outputs": [asdict(s) for s in model.outputs],
         "input_structure": model.input_structure.to_json() if model.input_structure else None,
         "output_structure": model.output_structure.to_json() if model.output_structure else None,
         "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
+        "tensor_parallel": model.tensor_parallel, "sharded": sharded,
     }
     return write(path, manifest, program_to_data(model.program), constants)
+
+
+class _RankArrays:
+    """A loaded sharded constant: every rank's chunk (`rank_program` asks `for_rank`)."""
+
+    sharded = True
+
+    def __init__(self, chunks: list, rank: int = 0) -> None:
+        self.chunks, self.rank = chunks, rank
+
+    def __call__(self):
+        return self.chunks[self.rank]
+
+    def for_rank(self, rank: int) -> _RankArrays:
+        return _RankArrays(self.chunks, rank)
 
 
 def load_model(path) -> CompiledModel:
@@ -37,9 +57,14 @@ def load_model(path) -> CompiledModel:
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
+        ranks = int(manifest.get("tensor_parallel", 1))
+        for name in manifest.get("sharded", []):
+            chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
+            program.tensors[name].data = _RankArrays(chunks)
     except (KeyError, TypeError, ValueError) as error:
         raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
     return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs, outputs=outputs,
                          instance=manifest["instance"], options=manifest["options"],
                          input_structure=structures[0], output_structure=structures[1],
-                         kernels=kernels, placement=manifest.get("placement", []))
+                         kernels=kernels, placement=manifest.get("placement", []),
+                         tensor_parallel=ranks)

@@ -145,19 +145,26 @@ def cost_per_inference(price_per_hour: float | None, throughput_per_s: float) ->
 
 
 def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
-                 copies: int | None = None) -> ModelReport:
-    """`loaded_profiles`: the copies of one chip run together; `copies`: all copies on the
-    instance (chips are alike, so each chip's copies take the loaded latency)."""
+                 copies: int | None = None, tensor_parallel: int = 1) -> ModelReport:
+    """`loaded_profiles`: the copies of one chip run together (or the ranks of one
+    tensor-parallel copy); `copies`: all copies on the instance (chips are alike, so each chip's
+    copies take the loaded latency); `tensor_parallel`: cores per copy."""
     summary = profile.summary
-    copies = copies or max(1, len(loaded_profiles))
+    copies = copies or max(1, len(loaded_profiles) // tensor_parallel)
     loaded_ns = max((p.total_ns for p in loaded_profiles), default=profile.total_ns)
     throughput = copies * batch / (loaded_ns * 1e-9) if loaded_ns > 0 else 0.0
     price = instance.price_per_hour
-    chips_used = max(1, -(-copies // instance.chip.logical_cores()))
+    chips_used = max(1, -(-copies * tensor_parallel // instance.chip.logical_cores()))
     cost = cost_per_inference(price, throughput)
     kernels = kernel_times(profile)
-    notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} copies "
-             f"(one per visible core) on {chips_used} chip(s) of {instance.name}"]
+    if tensor_parallel == 1:
+        notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} "
+                 f"copies (one per visible core) on {chips_used} chip(s) of {instance.name}"]
+    else:
+        notes = [f"tensor parallel: each copy's weights split over {tensor_parallel} "
+                 f"{profile.core.name}s exchanging activations over the collectives fabric; "
+                 f"latency: batch {batch}, the slowest rank (its profile is the breakdown); "
+                 f"throughput: {copies} copies on {chips_used} chip(s) of {instance.name}"]
     if price is None:
         notes.append(f"no published on-demand price for {instance.name}: cost not computed")
     return ModelReport(

@@ -224,6 +224,9 @@ class _Lowering:
             self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
         elif op == "k.concat":
             self._call(node, kernels.concat, out, [self.tile(n) for n in ins], axis=a["axis"])
+        elif op == "k.collective":
+            self._call(node, kernels.collective, out, self.tile(ins[0]), kind=a["kind"],
+                       axis=a["axis"], degree=a["degree"])
         elif op == "k.pad":
             self._call(node, kernels.pad, out, self.tile(ins[0]), pads=tuple(map(tuple, a["pads"])),
                        value=a["value"])
@@ -393,9 +396,11 @@ def _retarget(ins, rename: dict[str, str], label: str, source: str | None):
     return dataclasses.replace(ins, source=source, label=label, **changes)
 
 
-def leaf_data(graph: Graph, node: Node, *, kn: bool = False) -> np.ndarray:
-    """The HBM contents of a constant or leaf node (weights transposed for kn layout)."""
-    data = graph.constant(node).value() if node.op == "constant" else EVAL[node.op](node, [], graph)
+def leaf_data(graph: Graph, node: Node, *, kn: bool = False, rank: int = 0) -> np.ndarray:
+    """The HBM contents of a constant or leaf node (weights transposed for kn layout; rank
+    `rank`'s chunk of a tensor-parallel weight)."""
+    data = graph.constant(node).value(rank) if node.op == "constant" else \
+        EVAL[node.op](node, [], graph)
     if kn:
         data = np.swapaxes(data, -1, -2)  # a view: the simulator copies it into HBM anyway
     return data if data.shape else np.asarray(data).reshape(1)
@@ -405,18 +410,39 @@ class _Lazy:
     """A constant's data in its HBM dtype and layout, computed on first use and kept (timing-only
     runs never compute it; functional runs cast and transpose each weight once, not per call)."""
 
-    def __init__(self, graph: Graph, node: Node, kn: bool, dtype) -> None:
-        self._args = (graph, node, kn, dtype)
+    def __init__(self, graph: Graph, node: Node, kn: bool, dtype, rank: int = 0) -> None:
+        self._args = (graph, node, kn, dtype, rank)
         self._value: np.ndarray | None = None
+        self.sharded = node.op == "constant" and graph.constant(node).shard is not None
 
     def __call__(self) -> np.ndarray:
         if self._value is None:
-            graph, node, kn, dtype = self._args
-            data = np.ascontiguousarray(leaf_data(graph, node, kn=kn))  # transpose in fp32: fast
+            graph, node, kn, dtype, rank = self._args
+            data = np.ascontiguousarray(leaf_data(graph, node, kn=kn, rank=rank))  # fp32: fast
             target = as_dtype(dtype)
             self._value = cast(data, target) if data.dtype != target.np_dtype else data
-            self._args = None
+            if not self.sharded:
+                self._args = None  # other ranks' chunks still need the graph
         return self._value
+
+    def for_rank(self, rank: int) -> _Lazy:
+        """The same constant as tensor-parallel rank `rank` holds it."""
+        if not self.sharded:
+            raise ValueError("only a sharded constant has other ranks' data")
+        graph, node, kn, dtype, _ = self._args
+        return _Lazy(graph, node, kn, dtype, rank)
+
+
+def rank_program(program: Program, rank: int) -> Program:
+    """Rank `rank`'s program of a tensor-parallel model: the same instructions, its own chunks
+    of the sharded weights (tensors whose data knows `for_rank`)."""
+    tensors = {}
+    for name, decl in program.tensors.items():
+        data = decl.data
+        if rank and getattr(data, "sharded", False):
+            decl = dataclasses.replace(decl, data=data.for_rank(rank))
+        tensors[name] = decl
+    return dataclasses.replace(program, tensors=tensors)
 
 
 def _is_whole(tile: Tile) -> bool:

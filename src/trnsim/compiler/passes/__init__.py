@@ -22,8 +22,9 @@ from trnsim.compiler.passes.fuse_elementwise import fuse_elementwise
 from trnsim.compiler.passes.fuse_matmul import fuse_matmul
 from trnsim.compiler.passes.fuse_norms import fuse_norms
 from trnsim.compiler.passes.layout import choose_layout
-from trnsim.compiler.passes.memory import plan_memory
+from trnsim.compiler.passes.memory import plan_memory, tensor_parallel_degree
 from trnsim.compiler.passes.schedule import schedule
+from trnsim.compiler.passes.tensor_parallel import tensor_parallel
 from trnsim.errors import UnknownNameError
 
 
@@ -49,9 +50,11 @@ PIPELINE: tuple[Pass, ...] = (
          "a LayerNorm/RMSNorm/softmax reads its rows once and computes statistics in fp32"),
     Pass("fuse_elementwise", lambda g, o: fuse_elementwise(g),
          "chains of elementwise ops read and write HBM once; every op is now a kernel"),
+    Pass("tensor_parallel", lambda g, o: tensor_parallel(g, tensor_parallel_degree(g, o)),
+         "split large weights over several cores when one core's HBM cannot hold the model"),
     Pass("layout", lambda g, o: choose_layout(g),
          "pick TensorE's stationary operand and read views through DMA access patterns"),
-    Pass("plan_memory", lambda g, o: plan_memory(g, o.instance, o.cores, o.lnc),
+    Pass("plan_memory", lambda g, o: plan_memory(g, o.instance, 1, o.lnc),
          "weights resident, activations share HBM by lifetime; refuse models that cannot fit"),
     Pass("schedule", lambda g, o: schedule(g),
          "load the next kernel's weights while the current one computes"),

@@ -81,6 +81,25 @@ def plan_memory(graph: Graph, instance: str | None = None, cores: int = 1,
     return out
 
 
+def tensor_parallel_degree(graph: Graph, options) -> int:
+    """Ranks per model copy: `options.tensor_parallel` if given; else 1 when the model fits one
+    core's share of HBM, else the fewest ranks (a divisor of `options.cores`) whose rank-local
+    graph's weights and activations fit, else all `cores` (and `plan_memory` then names the
+    bytes that do not fit)."""
+    from trnsim.compiler.passes.tensor_parallel import tensor_parallel
+
+    if options.tensor_parallel is not None:
+        return options.tensor_parallel
+    budget, _ = device_budget(options.instance, 1, options.lnc)
+    for degree in range(1, options.cores + 1):
+        if options.cores % degree:
+            continue
+        split = tensor_parallel(graph, degree)  # one walk: cheap next to lowering
+        if split.weight_bytes() + _pack_activations(split)[1] <= budget:
+            return degree
+    return options.cores
+
+
 def _copy(graph: Graph) -> Graph:
     from trnsim.compiler.ir import Rewriter
     rw = Rewriter(graph)

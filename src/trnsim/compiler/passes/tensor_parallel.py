@@ -1,0 +1,310 @@
+"""Tensor parallelism: split a model's matmul weights over `degree` NeuronCores (Megatron style).
+
+A model too large for one core's share of HBM runs on several cores at once, each holding a
+slice of every large weight (neuronx-distributed's column/row-parallel linears, decided here by
+the compiler instead of by rewriting the model). Every value of the rank-local graph is either
+replicated (each rank holds all of it) or sharded along one axis (rank r holds the r-th of
+`degree` equal chunks). The pass walks the graph once and, per node:
+
+- a matmul whose constant weight is large and whose input is replicated becomes column-parallel:
+  each rank multiplies by its columns of the weight (and bias) and its result is sharded along
+  the last axis;
+- a matmul whose input is sharded along the contraction axis becomes row-parallel: each rank
+  multiplies its chunk by its rows of the weight and an all-reduce sums the partial products
+  (fp32); bias and epilogue are applied once, after it (so Q/K/V -> attention -> output
+  projection, and up -> GELU -> down, cost one all-reduce each, as in Megatron-LM);
+- views, attention over heads, and elementwise ops keep a sharded value sharded when the shard
+  stays one contiguous chunk (heads split across ranks);
+- anything else reads replicated values: a sharded operand is all-gathered first (``k.collective``).
+
+Every rank runs the same program; only the weight chunks differ (`Constant.shard`). Outputs
+are replicated. Collectives are timed and computed by the collectives fabric at run time.
+"""
+
+from __future__ import annotations
+
+from trnsim.compiler.errors import IRError
+from trnsim.compiler.fused import Step
+from trnsim.compiler.ir import Graph, Node, Rewriter
+
+# A matmul weight smaller than this is not split when its input is replicated: the all-gather
+# or all-reduce it would add costs more than the HBM it saves (a classifier head, a pooler).
+# A compiler heuristic (neuronx-distributed leaves the choice to the model author).
+MIN_SHARD_BYTES = 1 << 20
+
+LEAVES = ("input", "constant", "scalar", "full", "arange")
+
+Axis = int | None  # None: replicated; an int: sharded along that axis of the value
+
+
+def tensor_parallel(graph: Graph, degree: int, *, min_shard_bytes: int | None = None) -> Graph:
+    """The rank-local graph of `graph` split over `degree` ranks (the graph itself if 1)."""
+    if degree == 1:
+        return graph
+    if degree < 1:
+        raise IRError(f"tensor parallel degree {degree} must be >= 1")
+    limit = MIN_SHARD_BYTES if min_shard_bytes is None else min_shard_bytes
+    out = _Sharder(graph, degree, limit).run()
+    out.meta["tensor_parallel"] = degree
+    return out
+
+
+class _Sharder:
+    def __init__(self, graph: Graph, degree: int, min_shard_bytes: int) -> None:
+        self.old = graph
+        self.degree = degree
+        self.min_shard_bytes = min_shard_bytes
+        self.rw = Rewriter(graph)
+        self.axis: dict[int, Axis] = {}  # old node id -> how its new value is split
+        self.gathered: dict[int, Node] = {}  # old node id -> its all-gathered (replicated) value
+        self.shards: dict[tuple[int, int], Node] = {}  # (old constant id, axis) -> sharded constant
+
+    def run(self) -> Graph:
+        handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
+                    "k.elementwise": self._elementwise, "reshape": self._reshape,
+                    "permute": self._permute, "slice": self._slice, "expand": self._expand}
+        for node in self.old.nodes:
+            handler = handlers.get(node.op)
+            if node.op in LEAVES:
+                self._set(node, self.rw.keep(node), None)
+            elif handler is None or not handler(node):
+                self._replicated_op(node)
+        for out in self.old.outputs:
+            self.rw.mapping[out] = self.full(out)
+        return self.rw.finish()
+
+    # --- values -----------------------------------------------------------------------------
+    def _set(self, old: Node, new: Node, axis: Axis) -> Node:
+        self.rw.mapping[old] = new
+        self.axis[id(old)] = axis
+        return new
+
+    def local(self, old: Node) -> Node:
+        return self.rw.mapping[old]
+
+    def full(self, old: Node) -> Node:
+        """`old`'s whole value on every rank (all-gathered once if it is sharded)."""
+        axis = self.axis.get(id(old))
+        if axis is None:
+            return self.rw.mapping[old]
+        found = self.gathered.get(id(old))
+        if found is None:
+            found = self.gathered[id(old)] = self._collective(self.local(old), "all_gather", axis,
+                                                              old.source)
+        return found
+
+    def _collective(self, x: Node, kind: str, axis: int, source: str | None) -> Node:
+        return self.rw.emit("k.collective", [x], {"kind": kind, "axis": axis, "degree": self.degree,
+                                                  "dtype": x.dtype.name},
+                            source=source, name=kind)
+
+    def sharded_constant(self, old: Node, axis: int) -> Node:
+        key = (id(old), axis)
+        found = self.shards.get(key)
+        if found is None:
+            data = self.old.constant(old).sharded(axis, self.degree)
+            found = self.shards[key] = self.rw.new.add_data(data, name=f"{old.name}_tp",
+                                                            source=old.source)
+        return found
+
+    def _splits(self, old: Node, axis: int) -> bool:
+        return 0 <= axis < old.rank and old.shape[axis] % self.degree == 0
+
+    def _replicated_op(self, node: Node) -> None:
+        inputs = [self.full(x) for x in node.inputs]
+        self._set(node, self.rw.emit(node.op, inputs, node.attrs, source=node.source,
+                                     name=node.name), None)
+
+    def _operand_along(self, old: Node, out_rank: int, out_axis: int) -> Node | None:
+        """`old` as an operand of a result sharded along `out_axis` (operands broadcast from the
+        right): its local chunk, itself if it is broadcast along that axis, or None."""
+        axis = out_axis - (out_rank - old.rank)
+        if axis < 0 or old.shape[axis] == 1:
+            return self.full(old)
+        if self.axis.get(id(old)) == axis:
+            return self.local(old)
+        if old.op == "constant" and self._splits(old, axis):
+            return self.sharded_constant(old, axis)
+        return None
+
+    # --- matmul -------------------------------------------------------------------------------
+    def _matmul(self, node: Node) -> bool:
+        a, b = node.inputs[:2]
+        attrs = node.attrs
+        if b.op != "constant" or b.rank != 2 or attrs["transpose_a"]:
+            return False
+        first = 3 if attrs["bias"] else 2
+        if self.axis.get(id(a)) == a.rank - 1 and self._splits(b, 1 if attrs["transpose_b"] else 0):
+            return self._row_parallel(node, first)
+        n_axis = 0 if attrs["transpose_b"] else 1
+        if b.nbytes < self.min_shard_bytes or not self._splits(b, n_axis):
+            return False
+        return self._column_parallel(node, first, n_axis)
+
+    def _column_parallel(self, node: Node, first: int, n_axis: int) -> bool:
+        a, b = node.inputs[:2]
+        attrs = dict(node.attrs)
+        out_axis = node.rank - 1
+        weight = self.sharded_constant(b, n_axis)
+        bias = [self.sharded_constant(node.inputs[2], 0)] if attrs["bias"] else []
+        extras = [self._operand_along(e, node.rank, out_axis) for e in node.inputs[first:]]
+        attrs["n"] = attrs["n"] // self.degree
+        if all(e is not None for e in extras):  # the epilogue runs on each rank's columns
+            new = self.rw.emit("k.matmul", [self.full(a), weight, *bias, *extras], attrs,
+                               source=node.source, name=node.name)
+            self._set(node, new, out_axis)
+            return True
+        # an epilogue operand that cannot be split (a replicated activation): gather, then apply
+        bare = {**attrs, "epilogue": (), "dtype": "float32"}
+        product = self.rw.emit("k.matmul", [self.full(a), weight, *bias], bare,
+                               source=node.source, name=node.name)
+        gathered = self._collective(product, "all_gather", out_axis, node.source)
+        self._set(node, self._epilogue(node, gathered, None, first), None)
+        return True
+
+    def _row_parallel(self, node: Node, first: int) -> bool:
+        a, b = node.inputs[:2]
+        attrs = {**node.attrs, "k": node.attrs["k"] // self.degree, "bias": False,
+                 "epilogue": (), "dtype": "float32"}
+        weight = self.sharded_constant(b, 1 if node.attrs["transpose_b"] else 0)
+        partial = self.rw.emit("k.matmul", [self.local(a), weight], attrs, source=node.source,
+                               name=node.name)
+        total = self._collective(partial, "all_reduce", 0, node.source)
+        bias = self.full(node.inputs[2]) if node.attrs["bias"] else None
+        self._set(node, self._epilogue(node, total, bias, first), None)
+        return True
+
+    def _epilogue(self, node: Node, acc: Node, bias: Node | None, first: int) -> Node:
+        """The matmul's bias and epilogue as an elementwise kernel on the finished product."""
+        program = tuple(node.attrs.get("epilogue") or ())
+        if bias is None and not program and node.dtype == acc.dtype:
+            return acc
+        steps: list[Step] = []
+        operands = [acc]
+        if bias is not None:
+            operands.append(bias)
+            steps.append(Step("add", ("in0", "in1"), (), "float32"))
+        acc_ref = "s0" if bias is not None else "in0"
+        base, shift = len(operands), len(steps)
+        operands += [self.full(e) for e in node.inputs[first:]]
+
+        def rename(arg):
+            if not isinstance(arg, str):
+                return arg
+            if arg == "acc":
+                return acc_ref
+            if arg.startswith("in"):
+                return f"in{int(arg[2:]) - first + base}"
+            return f"s{int(arg[1:]) + shift}"
+
+        steps += [Step(s.op, tuple(rename(x) for x in s.args), s.attrs, s.dtype) for s in program]
+        if not steps or steps[-1].dtype != node.dtype.name:
+            last = f"s{len(steps) - 1}" if steps else "in0"
+            steps.append(Step("cast", (last,), (("dtype", node.dtype.name),), node.dtype.name))
+        return self.rw.emit("k.elementwise", operands, {"program": tuple(steps),
+                                                        "dtype": node.dtype.name},
+                            source=node.source, name=f"{node.name}_epilogue")
+
+    # --- attention and elementwise ----------------------------------------------------------------
+    def _attention(self, node: Node) -> bool:
+        q, k, v = node.inputs[:3]
+        head = self.axis.get(id(q))
+        if head is None or head >= q.rank - 2 or not (q.rank == k.rank == v.rank) \
+                or self.axis.get(id(k)) != head or self.axis.get(id(v)) != head:
+            return False
+        mask = [self._operand_along(m, node.rank, head) for m in node.inputs[3:]]
+        if any(m is None for m in mask):
+            return False
+        batch = list(node.attrs["batch"])
+        batch[head] //= self.degree
+        new = self.rw.emit("k.attention", [self.local(q), self.local(k), self.local(v), *mask],
+                           {**node.attrs, "batch": tuple(batch)}, source=node.source,
+                           name=node.name)
+        self._set(node, new, head)
+        return True
+
+    def _elementwise(self, node: Node) -> bool:
+        axes = {a + node.rank - x.rank for x in node.inputs
+                if (a := self.axis.get(id(x))) is not None}
+        if len(axes) != 1:
+            return False
+        (axis,) = axes
+        operands = [self._operand_along(x, node.rank, axis) for x in node.inputs]
+        if any(o is None for o in operands):
+            return False
+        self._set(node, self.rw.emit(node.op, operands, node.attrs, source=node.source,
+                                     name=node.name), axis)
+        return True
+
+    # --- views ----------------------------------------------------------------------------------
+    def _view(self, node: Node, attrs: dict, axis: int) -> bool:
+        new = self.rw.emit(node.op, [self.local(node.inputs[0])], attrs, source=node.source,
+                           name=node.name)
+        self._set(node, new, axis)
+        return True
+
+    def _permute(self, node: Node) -> bool:
+        axis = self.axis.get(id(node.inputs[0]))
+        if axis is None:
+            return False
+        return self._view(node, node.attrs, list(node.attrs["dims"]).index(axis))
+
+    def _slice(self, node: Node) -> bool:
+        axis = self.axis.get(id(node.inputs[0]))
+        if axis is None or node.attrs["axis"] == axis:
+            return False
+        return self._view(node, node.attrs, axis)
+
+    def _expand(self, node: Node) -> bool:
+        x = node.inputs[0]
+        axis = self.axis.get(id(x))
+        if axis is None:
+            return False
+        out_axis = axis + node.rank - x.rank
+        shape = list(node.attrs["shape"])
+        shape[out_axis] //= self.degree
+        return self._view(node, {**node.attrs, "shape": tuple(shape)}, out_axis)
+
+    def _reshape(self, node: Node) -> bool:
+        x = node.inputs[0]
+        axis = self.axis.get(id(x))
+        if axis is None:
+            return False
+        out_axis = reshape_axis(x.shape, node.shape, axis, self.degree)
+        if out_axis is None:
+            return False
+        shape = list(node.shape)
+        shape[out_axis] //= self.degree
+        return self._view(node, {**node.attrs, "shape": tuple(shape)}, out_axis)
+
+
+def reshape_axis(src: tuple[int, ...], dst: tuple[int, ...], axis: int, degree: int) -> int | None:
+    """The axis of `dst` along which a row-major reshape keeps `src`'s chunks along `axis`
+    contiguous and equal (None if the chunks straddle `dst`'s axes).
+
+    Both shapes are cut into groups of axes with equal products; the chunk of `axis` is one
+    contiguous run of its group iff `axis` is the group's outermost non-unit axis, and that run
+    is a chunk of the first non-unit output axis of the group iff that axis divides by `degree`.
+    """
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        gi, gj = [i], [j]
+        ps = src[i] if i < len(src) else 1
+        pd = dst[j] if j < len(dst) else 1
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd:
+                ps *= src[i]
+                gi.append(i)
+                i += 1
+            else:
+                pd *= dst[j]
+                gj.append(j)
+                j += 1
+        if axis in gi:
+            outer = next(a for a in gi if a < len(src) and src[a] != 1)
+            target = next((b for b in gj if b < len(dst) and dst[b] != 1), None)
+            if outer != axis or target is None or dst[target] % degree:
+                return None
+            return target
+    return None

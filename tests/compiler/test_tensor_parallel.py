@@ -1,0 +1,143 @@
+"""Tensor parallelism: the sharding pass, and tiny models split over 2-4 simulated cores that
+must still match eager PyTorch (metric as tests/compiler/test_lowering_models.py)."""
+
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.compiler.test_lowering_models import _call, _compare, _leaves
+from trnsim.compiler import CompileOptions, ModelTooLargeError, run_pipeline
+from trnsim.errors import InvalidArgumentError
+
+tp_module = importlib.import_module("trnsim.compiler.passes.tensor_parallel")
+memory_module = importlib.import_module("trnsim.compiler.passes.memory")
+
+
+@pytest.fixture(autouse=True)
+def no_cache(monkeypatch):
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", "off")
+
+
+@pytest.fixture
+def shard_everything(monkeypatch):
+    """Tiny models' weights are far below the size worth splitting; split them anyway."""
+    monkeypatch.setattr(tp_module, "MIN_SHARD_BYTES", 0)
+
+
+@pytest.mark.parametrize("src, dst, axis, degree, want", [
+    ((16, 64), (1, 16, 4, 16), 1, 2, 2),  # split heads out of the hidden axis
+    ((1, 16, 2, 16), (16, 32), 2, 2, 1),  # merge them back
+    ((4, 16), (64,), 1, 2, None),  # an inner axis of a merge is not one chunk
+    ((64,), (2, 32), 0, 4, None),  # the outer output axis does not divide
+    ((8, 6), (8, 1, 6), 0, 2, 0),  # unit axes are skipped
+])
+def test_reshape_keeps_chunks_only_when_contiguous(src, dst, axis, degree, want):
+    assert tp_module.reshape_axis(src, dst, axis, degree) == want
+
+
+def _kernel_graph(zoo, name, **options):
+    m = zoo.get(name)
+    return run_pipeline(m.graph, CompileOptions(instance="inf2.xlarge", **options),
+                        stop_after="tensor_parallel")
+
+
+def test_bert_layers_cost_two_all_reduces_and_split_every_weight(zoo, shard_everything):
+    whole = _kernel_graph(zoo, "bert")
+    split = _kernel_graph(zoo, "bert", cores=2, tensor_parallel=2)
+    kinds = [n.attrs["kind"] for n in split.nodes if n.op == "k.collective"]
+    assert kinds.count("all_reduce") == 2 * 2  # attention output and FFN down, per layer
+    assert kinds.count("all_gather") == 1  # the pooler's columns, at the end
+    assert split.meta["tensor_parallel"] == 2
+    heads = [n.attrs["batch"] for n in split.nodes if n.op == "k.attention"]
+    assert heads and all(b[-1] == 2 for b in heads)  # 4 heads, 2 per rank
+    matmul_weights = sum(n.nbytes for n in whole.nodes if n.op == "constant" and n.rank == 2
+                         and n.dtype.name == "bfloat16")
+    saved = whole.weight_bytes() - split.weight_bytes()
+    assert saved == pytest.approx(matmul_weights / 2, rel=0.05)  # (and half their biases)
+
+
+@pytest.mark.parametrize("name, degree", [("bert", 2), ("gpt2", 2), ("mlp", 4),
+                                          ("bert_eager_mask", 2)])
+def test_split_models_match_eager(zoo, shard_everything, name, degree):
+    import trnsim
+
+    m = zoo.get(name)
+    compiled = trnsim.trace(m.model, m.example, instance="trn1.32xlarge", tensor_parallel=degree)
+    assert compiled.tensor_parallel == degree
+    _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
+    programs = compiled.rank_programs()
+    assert len(programs) == degree and programs[1].instructions is programs[0].instructions
+    sharded = [t for t in programs[0].tensors.values() if getattr(t.data, "sharded", False)]
+    assert sharded
+    assert not np.array_equal(programs[0].tensors[sharded[0].name].values(),
+                              programs[1].tensors[sharded[0].name].values())
+
+
+def test_report_profile_and_artifact_of_a_split_model(zoo, shard_everything, tmp_path):
+    import json
+
+    import trnsim
+
+    m = zoo.get("bert")
+    single = trnsim.trace(m.model, m.example, instance="inf2.xlarge")
+    split = trnsim.trace(m.model, m.example, instance="inf2.xlarge", tensor_parallel=2)
+    report = split.report()
+    assert report.by_op["k.collective"]["kernels"] == 5
+    assert report.copies == 1 and "tensor parallel" in report.notes[0]
+    # a tiny model gains nothing from halving its weights: the collectives' latency shows
+    assert report.latency_ms > single.report().latency_ms
+    trace = json.loads(Path(split.profile(tmp_path / "tp.json")).read_text())
+    assert len({e.get("pid") for e in trace["traceEvents"] if e.get("ph") == "X"}) == 2
+    loaded = trnsim.load(split.save(tmp_path / "tp.trnsim"))
+    assert loaded.tensor_parallel == 2
+    for got, want in zip(_leaves(_call(loaded, m.example)), _leaves(_call(split, m.example)),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_model_too_large_for_one_core_is_split_over_the_cores(zoo, monkeypatch):
+    import trnsim
+
+    m = zoo.get("bert")
+    total = _kernel_graph(zoo, "bert").weight_bytes()
+    budget = int(total * 0.8)  # one core holds 80% of it: two halves fit
+    monkeypatch.setattr(memory_module, "device_budget",
+                        lambda instance, cores=1, lnc=None: (budget * cores, instance))
+    monkeypatch.setattr(tp_module, "MIN_SHARD_BYTES", 0)
+    compiled = trnsim.trace(m.model, m.example, instance="inf2.xlarge", cores=2)
+    assert compiled.tensor_parallel == 2
+    _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
+    with pytest.raises(ModelTooLargeError, match="tensor parallel"):
+        trnsim.trace(m.model, m.example, instance="inf2.xlarge")
+    four = trnsim.trace(m.model, m.example, instance="trn1.32xlarge", cores=4)
+    assert four.tensor_parallel == 2  # the fewest ranks that hold it; the rest make copies
+
+
+def test_tensor_parallel_must_divide_the_cores():
+    with pytest.raises(InvalidArgumentError, match="divides cores=4"):
+        CompileOptions(cores=4, tensor_parallel=3)
+    assert CompileOptions(cores=4, tensor_parallel=2).key()["tensor_parallel"] == 2
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "distilbert"])
+def test_the_reference_interpreter_runs_every_rank(zoo, shard_everything, name):
+    from trnsim.compiler.interpret import evaluate
+
+    m = zoo.get(name)
+    whole = evaluate(_kernel_graph(zoo, name), m.flat_inputs)
+    split_graph = _kernel_graph(zoo, name, cores=4, tensor_parallel=4)
+    assert any(n.op == "k.collective" for n in split_graph.nodes)
+    for got, want in zip(evaluate(split_graph, m.flat_inputs), whole, strict=True):
+        _compare([np.asarray(got, np.float32)], [np.asarray(want, np.float32)], rel=1e-2,
+                 cosine=0.9999)
+
+
+def test_inferentia_has_no_collectives_for_tensor_parallel(zoo, shard_everything):
+    import trnsim
+    from trnsim.errors import UnsupportedError
+
+    m = zoo.get("mlp")
+    with pytest.raises(UnsupportedError, match=r"tensor parallel over 2 cores of inf1\.xlarge"):
+        trnsim.trace(m.model, m.example, instance="inf1.xlarge", tensor_parallel=2)
