@@ -58,6 +58,18 @@ def test_bert_layers_cost_two_all_reduces_and_split_every_weight(zoo, shard_ever
     assert saved == pytest.approx(matmul_weights / 2, rel=0.05)  # (and half their biases)
 
 
+def test_a_fused_qkv_projection_is_split_per_part(zoo, shard_everything):
+    split = _kernel_graph(zoo, "gpt2", cores=2, tensor_parallel=2)
+    kinds = [n.attrs["kind"] for n in split.nodes if n.op == "k.collective"]
+    assert kinds == ["all_reduce"] * 2 * 2  # c_attn's q, k, v each split by heads: no gathers
+    c_attn = [split.constant(n) for n in split.nodes if n.op == "constant"
+              and "c_attn_weight" in n.name]
+    assert c_attn[0].shard == (1, 2, 3)
+    whole = c_attn[0].data
+    q_rank1 = c_attn[0].value(1)[:, :32]  # rank 1's half of q's 64 columns
+    np.testing.assert_array_equal(q_rank1, np.asarray(whole[:, 32:64]).astype(q_rank1.dtype))
+
+
 @pytest.mark.parametrize("name, degree", [("bert", 2), ("gpt2", 2), ("mlp", 4),
                                           ("bert_eager_mask", 2)])
 def test_split_models_match_eager(zoo, shard_everything, name, degree):

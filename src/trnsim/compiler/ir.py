@@ -77,16 +77,17 @@ class Constant:
     dtype: DType
     origin: str = "folded"  # "parameter" | "buffer" | "folded" | the model's state-dict key
     pending: DType | None = None
-    # (axis, degree): under tensor parallelism each rank holds one of `degree` equal chunks of
-    # `data` along `axis`; the node's shape is the chunk's. None: every rank holds all of it.
-    shard: tuple[int, int] | None = None
+    # (axis, degree, groups): under tensor parallelism `data` is cut along `axis` into `groups`
+    # equal parts (a fused Q/K/V weight: 3) and rank r holds the r-th of `degree` equal chunks of
+    # each part; the node's shape is the rank's. None: every rank holds all of it.
+    shard: tuple[int, int, int] | None = None
 
     @property
     def shape(self) -> Shape:
         shape = tuple(self.data.shape)
         if self.shard is None:
             return shape
-        axis, degree = self.shard
+        axis, degree, _ = self.shard
         return (*shape[:axis], shape[axis] // degree, *shape[axis + 1:])
 
     @property
@@ -98,9 +99,11 @@ class Constant:
         constant, rank `rank`'s chunk."""
         data = self.data
         if self.shard is not None:
-            axis, degree = self.shard
-            size = data.shape[axis] // degree
-            data = data[(slice(None),) * axis + (slice(rank * size, (rank + 1) * size),)]
+            axis, degree, groups = self.shard
+            parts = data.reshape(*data.shape[:axis], groups, -1, *data.shape[axis + 1:])
+            size = parts.shape[axis + 1] // degree
+            chunk = parts[(slice(None),) * (axis + 1) + (slice(rank * size, (rank + 1) * size),)]
+            data = chunk.reshape(self.shape)
         if self.pending is None:
             return data
         return cast(data, self.pending, rounding="rne")
@@ -111,14 +114,16 @@ class Constant:
             return self
         return Constant(self.data, target, self.origin, target, self.shard)
 
-    def sharded(self, axis: int, degree: int) -> Constant:
-        """The same data split into `degree` chunks along `axis`, one per rank."""
+    def sharded(self, axis: int, degree: int, groups: int = 1) -> Constant:
+        """The same data split into `degree` chunks along `axis` (of each of `groups` parts),
+        one per rank."""
         if self.shard is not None:
             raise IRError(f"constant {self.origin} is sharded already ({self.shard})")
-        if self.data.shape[axis] % degree:
+        if self.data.shape[axis] % (degree * groups):
             raise IRError(f"constant {self.origin}{list(self.data.shape)} axis {axis} does not "
-                          f"split into {degree} equal chunks")
-        return Constant(self.data, self.dtype, self.origin, self.pending, (int(axis), int(degree)))
+                          f"split into {groups} x {degree} equal chunks")
+        return Constant(self.data, self.dtype, self.origin, self.pending,
+                        (int(axis), int(degree), int(groups)))
 
 
 class Graph:
@@ -272,8 +277,11 @@ def format_node(node: Node, graph: Graph | None = None, *, sources: bool = True)
         c = graph.constants.get(node.attrs["ref"])
         if c is not None:
             pending = f", cast pending from {c.data.dtype}" if c.pending is not None else ""
-            shard = (f", rank's 1/{c.shard[1]} along axis {c.shard[0]}"
-                     if c.shard is not None else "")
+            shard = ""
+            if c.shard is not None:
+                axis, degree, groups = c.shard
+                parts = f" of each of {groups} parts" if groups > 1 else ""
+                shard = f", rank's 1/{degree} along axis {axis}{parts}"
             text += f" <{c.origin}{pending}{shard}>"
     if attrs:
         text += " {" + ", ".join(f"{k}={_fmt(v)}" for k, v in attrs.items()) + "}"

@@ -56,8 +56,11 @@ class _Sharder:
         self.min_shard_bytes = min_shard_bytes
         self.rw = Rewriter(graph)
         self.axis: dict[int, Axis] = {}  # old node id -> how its new value is split
+        self.groups: dict[int, int] = {}  # old node id -> parts its split axis is cut into
+        self.users = graph.users()
+        self.outputs = {id(o) for o in graph.outputs}
         self.gathered: dict[int, Node] = {}  # old node id -> its all-gathered (replicated) value
-        self.shards: dict[tuple[int, int], Node] = {}  # (old constant id, axis) -> sharded constant
+        self.shards: dict[tuple, Node] = {}  # (old constant id, axis, groups) -> sharded constant
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
@@ -74,10 +77,15 @@ class _Sharder:
         return self.rw.finish()
 
     # --- values -----------------------------------------------------------------------------
-    def _set(self, old: Node, new: Node, axis: Axis) -> Node:
+    def _set(self, old: Node, new: Node, axis: Axis, groups: int = 1) -> Node:
         self.rw.mapping[old] = new
         self.axis[id(old)] = axis
+        self.groups[id(old)] = groups
         return new
+
+    def split_axis(self, old: Node) -> Axis:
+        """The axis `old` is split along, if it is one chunk per rank (not grouped)."""
+        return self.axis.get(id(old)) if self.groups.get(id(old), 1) == 1 else None
 
     def local(self, old: Node) -> Node:
         return self.rw.mapping[old]
@@ -89,8 +97,16 @@ class _Sharder:
             return self.rw.mapping[old]
         found = self.gathered.get(id(old))
         if found is None:
-            found = self.gathered[id(old)] = self._collective(self.local(old), "all_gather", axis,
-                                                              old.source)
+            groups, local = self.groups.get(id(old), 1), self.local(old)
+            if groups == 1:
+                found = self._collective(local, "all_gather", axis, old.source)
+            else:  # gather each part's chunks side by side: [.., parts, chunk] along the chunk
+                shape = local.shape
+                parts = self.rw.emit("reshape", [local], {"shape": (
+                    *shape[:axis], groups, shape[axis] // groups, *shape[axis + 1:])})
+                whole = self._collective(parts, "all_gather", axis + 1, old.source)
+                found = self.rw.emit("reshape", [whole], {"shape": old.shape})
+            self.gathered[id(old)] = found
         return found
 
     def _collective(self, x: Node, kind: str, axis: int, source: str | None) -> Node:
@@ -98,11 +114,11 @@ class _Sharder:
                                                   "dtype": x.dtype.name},
                             source=source, name=kind)
 
-    def sharded_constant(self, old: Node, axis: int) -> Node:
-        key = (id(old), axis)
+    def sharded_constant(self, old: Node, axis: int, groups: int = 1) -> Node:
+        key = (id(old), axis, groups)
         found = self.shards.get(key)
         if found is None:
-            data = self.old.constant(old).sharded(axis, self.degree)
+            data = self.old.constant(old).sharded(axis, self.degree, groups)
             found = self.shards[key] = self.rw.new.add_data(data, name=f"{old.name}_tp",
                                                             source=old.source)
         return found
@@ -121,7 +137,7 @@ class _Sharder:
         axis = out_axis - (out_rank - old.rank)
         if axis < 0 or old.shape[axis] == 1:
             return self.full(old)
-        if self.axis.get(id(old)) == axis:
+        if self.split_axis(old) == axis:
             return self.local(old)
         if old.op == "constant" and self._splits(old, axis):
             return self.sharded_constant(old, axis)
@@ -134,7 +150,7 @@ class _Sharder:
         if b.op != "constant" or b.rank != 2 or attrs["transpose_a"]:
             return False
         first = 3 if attrs["bias"] else 2
-        if self.axis.get(id(a)) == a.rank - 1 and self._splits(b, 1 if attrs["transpose_b"] else 0):
+        if self.split_axis(a) == a.rank - 1 and self._splits(b, 1 if attrs["transpose_b"] else 0):
             return self._row_parallel(node, first)
         n_axis = 0 if attrs["transpose_b"] else 1
         if b.nbytes < self.min_shard_bytes or not self._splits(b, n_axis):
@@ -145,14 +161,15 @@ class _Sharder:
         a, b = node.inputs[:2]
         attrs = dict(node.attrs)
         out_axis = node.rank - 1
-        weight = self.sharded_constant(b, n_axis)
-        bias = [self.sharded_constant(node.inputs[2], 0)] if attrs["bias"] else []
         extras = [self._operand_along(e, node.rank, out_axis) for e in node.inputs[first:]]
+        groups = self._slice_groups(node) if not extras else 1
+        weight = self.sharded_constant(b, n_axis, groups)
+        bias = [self.sharded_constant(node.inputs[2], 0, groups)] if attrs["bias"] else []
         attrs["n"] = attrs["n"] // self.degree
         if all(e is not None for e in extras):  # the epilogue runs on each rank's columns
             new = self.rw.emit("k.matmul", [self.full(a), weight, *bias, *extras], attrs,
                                source=node.source, name=node.name)
-            self._set(node, new, out_axis)
+            self._set(node, new, out_axis, groups)
             return True
         # an epilogue operand that cannot be split (a replicated activation): gather, then apply
         bare = {**attrs, "epilogue": (), "dtype": "float32"}
@@ -161,6 +178,34 @@ class _Sharder:
         gathered = self._collective(product, "all_gather", out_axis, node.source)
         self._set(node, self._epilogue(node, gathered, None, first), None)
         return True
+
+    def _slice_groups(self, node: Node) -> int:
+        """Parts a column-parallel result is cut into by its readers: a fused Q/K/V projection
+        is sliced into three; splitting each third over the ranks keeps every head's columns
+        on one rank (Megatron's fused-QKV layout). 1 if the readers do anything else."""
+        if id(node) in self.outputs:
+            return 1
+        frontier, slices = [node], []
+        while frontier:
+            x = frontier.pop()
+            for user in self.users[x]:
+                if id(user) in self.outputs:
+                    return 1
+                if user.op == "reshape" and user.shape[-1:] == x.shape[-1:]:
+                    frontier.append(user)
+                elif user.op == "slice" and user.attrs["axis"] == user.rank - 1 \
+                        and user.attrs["step"] == 1:
+                    slices.append(user.attrs)
+                else:
+                    return 1
+        n = node.shape[-1]
+        widths = {a["end"] - a["start"] for a in slices}
+        if len(widths) != 1:
+            return 1
+        width = widths.pop()
+        if n % width or width % self.degree or any(a["start"] % width for a in slices):
+            return 1
+        return n // width
 
     def _row_parallel(self, node: Node, first: int) -> bool:
         a, b = node.inputs[:2]
@@ -208,9 +253,9 @@ class _Sharder:
     # --- attention and elementwise ----------------------------------------------------------------
     def _attention(self, node: Node) -> bool:
         q, k, v = node.inputs[:3]
-        head = self.axis.get(id(q))
+        head = self.split_axis(q)
         if head is None or head >= q.rank - 2 or not (q.rank == k.rank == v.rank) \
-                or self.axis.get(id(k)) != head or self.axis.get(id(v)) != head:
+                or self.split_axis(k) != head or self.split_axis(v) != head:
             return False
         mask = [self._operand_along(m, node.rank, head) for m in node.inputs[3:]]
         if any(m is None for m in mask):
@@ -225,7 +270,7 @@ class _Sharder:
 
     def _elementwise(self, node: Node) -> bool:
         axes = {a + node.rank - x.rank for x in node.inputs
-                if (a := self.axis.get(id(x))) is not None}
+                if (a := self.split_axis(x)) is not None}
         if len(axes) != 1:
             return False
         (axis,) = axes
@@ -237,27 +282,38 @@ class _Sharder:
         return True
 
     # --- views ----------------------------------------------------------------------------------
-    def _view(self, node: Node, attrs: dict, axis: int) -> bool:
+    def _view(self, node: Node, attrs: dict, axis: int, groups: int = 1) -> bool:
         new = self.rw.emit(node.op, [self.local(node.inputs[0])], attrs, source=node.source,
                            name=node.name)
-        self._set(node, new, axis)
+        self._set(node, new, axis, groups)
         return True
 
     def _permute(self, node: Node) -> bool:
-        axis = self.axis.get(id(node.inputs[0]))
+        x = node.inputs[0]
+        axis = self.axis.get(id(x))
         if axis is None:
             return False
-        return self._view(node, node.attrs, list(node.attrs["dims"]).index(axis))
+        return self._view(node, node.attrs, list(node.attrs["dims"]).index(axis),
+                          self.groups[id(x)])
 
     def _slice(self, node: Node) -> bool:
-        axis = self.axis.get(id(node.inputs[0]))
-        if axis is None or node.attrs["axis"] == axis:
+        x = node.inputs[0]
+        axis, groups = self.axis.get(id(x)), self.groups.get(id(x), 1)
+        a = node.attrs
+        if axis is None:
             return False
-        return self._view(node, node.attrs, axis)
+        if a["axis"] != axis:
+            return self._view(node, a, axis, groups)
+        part = x.shape[axis] // groups
+        if groups == 1 or a["step"] != 1 or a["end"] - a["start"] != part or a["start"] % part:
+            return False
+        chunk = part // self.degree  # one whole part: this rank's chunk of it
+        start = a["start"] // part * chunk
+        return self._view(node, {**a, "start": start, "end": start + chunk}, axis)
 
     def _expand(self, node: Node) -> bool:
         x = node.inputs[0]
-        axis = self.axis.get(id(x))
+        axis = self.split_axis(x)
         if axis is None:
             return False
         out_axis = axis + node.rank - x.rank
@@ -267,15 +323,15 @@ class _Sharder:
 
     def _reshape(self, node: Node) -> bool:
         x = node.inputs[0]
-        axis = self.axis.get(id(x))
+        axis, groups = self.axis.get(id(x)), self.groups.get(id(x), 1)
         if axis is None:
             return False
         out_axis = reshape_axis(x.shape, node.shape, axis, self.degree)
-        if out_axis is None:
-            return False
+        if out_axis is None or (groups > 1 and node.shape[out_axis] != x.shape[axis]):
+            return False  # a grouped axis must stay whole
         shape = list(node.shape)
         shape[out_axis] //= self.degree
-        return self._view(node, {**node.attrs, "shape": tuple(shape)}, out_axis)
+        return self._view(node, {**node.attrs, "shape": tuple(shape)}, out_axis, groups)
 
 
 def reshape_axis(src: tuple[int, ...], dst: tuple[int, ...], axis: int, degree: int) -> int | None:
