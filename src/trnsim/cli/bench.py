@@ -29,8 +29,9 @@ def _inf1_assumptions() -> str:
             "(trnsim.hardware.cores.NC_V1): " + ", ".join(named) + ". The model runs trnsim's "
             "NeuronCore-v2 kernels on those figures, one NeuronCore per model; NC-v1 has no "
             "GpSimd, so its side work runs on VectorE and the patterns it would generate "
-            "(identity, masks) load from HBM. neuron-cc's pipeline mode across the 4 cores is "
-            "not modelled.")
+            "(identity, masks) load from HBM. neuron-cc's pipeline mode (trnsim.trace(..., "
+            "pipeline_cores=N) or --neuroncore-pipeline-cores in NEURON_CC_FLAGS) cuts a model "
+            "into stages on N cores; bench does not use it (one core per model, as published).")
 
 
 def _split(text: str | None, default) -> tuple:

@@ -69,6 +69,8 @@ def compile_command(
                               "ranks (a model too large for one core is split automatically)"),
     tensor_parallel: int = typer.Option(None, "--tensor-parallel", "--tp",
                                         help="cores each copy's weights are split over"),
+    pipeline_cores: int = typer.Option(None, "--neuroncore-pipeline-cores",
+                                       help="inf1: stages of neuron-cc's NeuronCore Pipeline"),
 ) -> None:
     """Trace and compile a PyTorch model; save it (JSON + safetensors) and print its report."""
     import trnsim
@@ -82,7 +84,7 @@ def compile_command(
         inputs = example_inputs(input_shape)
     compiled = trnsim.trace(model, inputs, instance=instance, auto_cast=auto_cast,
                             auto_cast_type=auto_cast_type, cores=cores,
-                            tensor_parallel=tensor_parallel)
+                            tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores)
     path = compiled.save(output)
     out = console()
     out.print(compiled.report().table(), highlight=False, markup=False)

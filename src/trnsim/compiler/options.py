@@ -43,6 +43,8 @@ class CompileOptions:
     # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
     # core's share of HBM, else the fewest of `cores` that hold it (see passes.memory)
     tensor_parallel: int | None = None
+    # neuron-cc's --neuroncore-pipeline-cores (Inferentia only): stages over that many cores
+    pipeline_cores: int | None = None
     dump_after: tuple[str, ...] = ()
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
 
@@ -59,6 +61,10 @@ class CompileOptions:
             raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
         if self.lnc not in (None, 1, 2):
             raise InvalidArgumentError(f"lnc={self.lnc!r}: expected 1 or 2")
+        if self.pipeline_cores is not None and (not isinstance(self.pipeline_cores, int)
+                                                or self.pipeline_cores < 1):
+            raise InvalidArgumentError(f"pipeline_cores={self.pipeline_cores!r}: expected a "
+                                       f"positive integer")
         tp = self.tensor_parallel
         if tp is not None and (not isinstance(tp, int) or tp < 1 or self.cores % tp):
             raise InvalidArgumentError(f"tensor_parallel={tp!r}: expected a positive integer that "
@@ -73,14 +79,15 @@ class CompileOptions:
         """The fields that change the compiled result (for cache keys and reports)."""
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
                 "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc,
-                "tensor_parallel": self.tensor_parallel}
+                "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
 
 
 def parse_cc_flags(text: str) -> dict[str, Any]:
     """Parse a NEURON_CC_FLAGS string into CompileOptions fields (only the flags trnsim models).
 
     Accepts ``--auto-cast X`` and ``--auto-cast=X``, ``--auto-cast-type X``, ``-O1``/``-O 2``/
-    ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``. Returns
+    ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``,
+    ``--neuroncore-pipeline-cores N`` (neuron-cc, Inferentia). Returns
     the recognised fields plus ``ignored_flags`` (a tuple of the flags that have no effect here).
     """
     try:
@@ -122,13 +129,15 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
             fields[name] = _optlevel(value, f"{flag} {value}")
         elif name == "lnc":
             fields[name] = _int_choice(value, (1, 2), flag)
+        elif name == "pipeline_cores":
+            fields[name] = _positive(value, flag)
     fields["ignored_flags"] = tuple(ignored)
     return fields
 
 
 _CANONICAL = {"--auto-cast": "auto_cast", "--auto-cast-type": "auto_cast_type",
               "-O": "optlevel", "--optlevel": "optlevel", "-lnc": "lnc", "--lnc": "lnc",
-              "--logical-nc-config": "lnc"}
+              "--logical-nc-config": "lnc", "--neuroncore-pipeline-cores": "pipeline_cores"}
 
 
 def _choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
@@ -147,6 +156,16 @@ def _int_choice(value: str, allowed: tuple[int, ...], flag: str) -> int:
     if v not in allowed:
         raise InvalidArgumentError(f"{FLAGS_ENV}: {flag} {value!r}: expected one of "
                                    f"{', '.join(map(str, allowed))}")
+    return v
+
+
+def _positive(value: str, flag: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise InvalidArgumentError(f"{FLAGS_ENV}: {flag} {value!r}: expected a positive integer")
     return v
 
 

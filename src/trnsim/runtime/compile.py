@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
           auto_cast: str | None = None, auto_cast_type: str | None = None,
           optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
           dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None,
-          tensor_parallel: int | None = None) -> CompiledModel:
+          tensor_parallel: int | None = None, pipeline_cores: int | None = None) -> CompiledModel:
     """Compile `model` for `instance` (torch_neuronx.trace semantics; see trnsim.compiler).
 
     auto_cast / auto_cast_type / optlevel default to NEURON_CC_FLAGS, else neuronx-cc's defaults
@@ -36,19 +37,26 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     parallel), each copy split over `tensor_parallel` cores. By default a copy takes one core
     if the model fits that core's share of HBM, else the fewest of `cores` that hold it;
     `tensor_parallel=N` asks for N (like neuronx-distributed's tp_degree; `cores` defaults to N).
+    On Inferentia (inf1), `pipeline_cores=N` (neuron-cc's --neuroncore-pipeline-cores) cuts the
+    model into N stages on N cores (see trnsim.runtime.pipeline).
     """
     from trnsim.compiler import capture, options_from_env, run_pipeline
 
     spec = hardware.instance(instance)
-    if tensor_parallel is not None and cores == 1:
-        cores = tensor_parallel
+    if cores == 1 and (tensor_parallel or pipeline_cores or 1) > 1:
+        cores = tensor_parallel or pipeline_cores  # the cores a split model needs
     options = options_from_env(instance=spec.name, cores=cores, auto_cast=auto_cast,
                                auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
-                               dump_after=dump_after or None, tensor_parallel=tensor_parallel)
+                               dump_after=dump_after or None, tensor_parallel=tensor_parallel,
+                               pipeline_cores=pipeline_cores)
+    if options.cores == 1 and (options.pipeline_cores or 1) > 1:  # asked in NEURON_CC_FLAGS
+        options = replace(options, cores=options.pipeline_cores)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     graph = capture(model, example_inputs, kwargs)
     timings["capture_s"] = time.perf_counter() - start
+    if (options.pipeline_cores or 1) > 1:
+        return _trace_pipelined(graph, options, spec, timings)
     start = time.perf_counter()
     kernel_graph = run_pipeline(graph, options)
     timings["passes_s"] = time.perf_counter() - start
@@ -81,6 +89,57 @@ def place(spec, copies: int, lnc: int | None) -> list[int]:
                                     f"Available:{len(visible)} visible NeuronCores; copies",
                                     copies, len(visible))
     return [visible[i % len(visible)] for i in range(copies)]
+
+
+def _trace_pipelined(graph, options, spec, timings: dict) -> CompiledModel:
+    """neuron-cc's NeuronCore Pipeline: stages compiled (and cached) one by one."""
+    from trnsim.compiler import run_pipeline
+    from trnsim.compiler.passes.pipeline import split_stages
+    from trnsim.errors import UnsupportedError
+    from trnsim.runtime.pipeline import PipelineStage, cache_weights
+
+    core = spec.chip.core
+    stages = options.pipeline_cores
+    if core.version != 1:
+        raise UnsupportedError(f"pipeline_cores={stages}: --neuroncore-pipeline-cores is "
+                               f"neuron-cc's, for Inferentia (inf1); on {spec.name} split a model "
+                               f"over cores with tensor_parallel")
+    if (options.tensor_parallel or 1) > 1:
+        raise UnsupportedError("pipeline_cores and tensor_parallel together")
+    if options.cores % stages:
+        raise CoresUnavailableError(f"cores={options.cores} for copies of a {stages}-stage "
+                                    f"pipeline: cores", options.cores, stages)
+    placement = place(spec, options.cores, options.lnc)
+    start = time.perf_counter()
+    front = run_pipeline(graph, replace(options, tensor_parallel=1), stop_after="tensor_parallel")
+    parts = split_stages(front, stages)
+    compiled_stages, calls, cache_hits = [], [], []
+    for part in parts:
+        kernel_graph = run_pipeline(part.graph, options, start_after="tensor_parallel")
+        lowered, cached = _lower_cached(kernel_graph, options, spec)
+        program = lowered.program
+        source = cache_weights(program, core) if not cached else \
+            (lambda program=program: cache_weights(program(), core))
+        compiled_stages.append(PipelineStage(source, list(zip(part.inputs, lowered.inputs,
+                                                              strict=True)),
+                                             list(zip(part.outputs, lowered.outputs, strict=True))))
+        calls += lowered.kernels
+        cache_hits.append(cached)
+    timings["passes_and_lowering_s"] = time.perf_counter() - start
+    inputs = [InputSpec(n.name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
+              for n in front.inputs]
+    out_dtypes = front.meta.get("output_torch_dtypes") or [None] * len(front.outputs)
+    outputs = [OutputSpec(n.name, n.shape, n.dtype.name, td)
+               for n, td in zip(front.outputs, out_dtypes, strict=True)]
+    compiled = CompiledModel(name=graph.name, program_source=compiled_stages[0].program_source,
+                             inputs=inputs, outputs=outputs, instance=spec.name,
+                             options=options.key(), input_structure=front.input_structure,
+                             output_structure=front.output_structure, kernels=calls,
+                             placement=placement, stages=compiled_stages)
+    compiled.meta.update(timings=timings, cache_hit=all(cache_hits), cache_key=None,
+                         weight_bytes=front.weight_bytes(),
+                         ignored_flags=list(options.ignored_flags))
+    return compiled
 
 
 def _check_fabric(spec, ranks: int, lnc: int | None) -> None:

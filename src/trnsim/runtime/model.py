@@ -53,6 +53,7 @@ class CompiledModel:
     meta: dict = field(default_factory=dict)
     placement: list[int] = field(default_factory=list)  # visible cores holding a copy
     tensor_parallel: int = 1  # cores one copy is split over (their programs differ in weights)
+    stages: list = field(default_factory=list)  # runtime.pipeline.PipelineStage (inf1 pipeline)
     _timing: Any = None
     _loaded: Any = None
     _ranks: Any = None
@@ -104,8 +105,13 @@ class CompiledModel:
     def __call__(self, *args, **kwargs):
         flat = self._flatten(args, kwargs)
         arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
-        result = self._simulate(arrays, "functional")[0]  # outputs are replicated on every rank
-        values = [result.outputs[spec.name] for spec in self.outputs]
+        if self.stages:
+            from trnsim.runtime.pipeline import run_stages
+
+            produced = run_stages(self.stages, arrays, self.chip)
+        else:
+            produced = self._simulate(arrays, "functional")[0].outputs  # replicated on every rank
+        values = [produced[spec.name] for spec in self.outputs]
         as_torch = any(_is_torch(v) for v in flat) or (not flat)
         converted = [_to_torch(v, spec) if as_torch else v for v, spec in zip(values, self.outputs,
                                                                                 strict=True)]
@@ -135,12 +141,18 @@ class CompiledModel:
         """The timing-only run of one inference (simulated once, then reused); of a
         tensor-parallel model, the profile of its slowest rank."""
         if self._timing is None:
-            self._rank_timings = [r.profile for r in self._simulate(None, "timing")]
+            if self.stages:
+                from trnsim.runtime.pipeline import stage_timings
+
+                self._rank_timings = stage_timings(self.stages, self.chip)
+            else:
+                self._rank_timings = [r.profile for r in self._simulate(None, "timing")]
             self._timing = max(self._rank_timings, key=lambda p: p.total_ns)
         return self._timing
 
     def rank_timings(self) -> list:
-        """The profile of every core of one inference (one unless tensor parallel)."""
+        """The profile of every core of one inference (one unless tensor parallel or pipelined;
+        a pipeline stage's profile starts when its input is ready)."""
         self.timing()
         return self._rank_timings
 
@@ -151,6 +163,12 @@ class CompiledModel:
         are not simulated alongside; on trn1/inf2, copies of a 2-rank model own whole chips)."""
         if self.tensor_parallel > 1:
             return self.rank_timings()
+        if self.stages:
+            if self._loaded is None:
+                from trnsim.runtime.pipeline import streaming_timings
+
+                self._loaded = streaming_timings(self.stages, self.chip)
+            return self._loaded
         copies = min(copies or self.chip.logical_cores(), self.chip.logical_cores())
         if self._loaded is None or len(self._loaded) != copies:
             from trnsim.sim import simulate_cores
@@ -164,7 +182,8 @@ class CompiledModel:
         from trnsim.runtime.compile import report_cache_path, write_json
         from trnsim.runtime.report import ModelReport, build_report
 
-        visible = copies or max(1, len(self.visible_cores()) // self.tensor_parallel)
+        cores_per_copy = max(self.tensor_parallel, len(self.stages))
+        visible = copies or max(1, len(self.visible_cores()) // cores_per_copy)
         path = report_cache_path(self, visible)
         if path is not None and path.exists():
             try:
@@ -172,9 +191,17 @@ class CompiledModel:
             except (OSError, KeyError, TypeError, ValueError):
                 pass  # unreadable: simulate again and overwrite it
         loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
-        report = build_report(model=self.name, instance=self.instance_spec, profile=self.timing(),
-                              loaded_profiles=loaded, batch=self.batch, copies=visible,
-                              tensor_parallel=self.tensor_parallel)
+        if self.stages:
+            from trnsim.runtime.report import build_pipeline_report
+
+            report = build_pipeline_report(model=self.name, instance=self.instance_spec,
+                                           profiles=self.rank_timings(), loaded_profiles=loaded,
+                                           batch=self.batch, copies=visible)
+        else:
+            report = build_report(model=self.name, instance=self.instance_spec,
+                                  profile=self.timing(), loaded_profiles=loaded,
+                                  batch=self.batch, copies=visible,
+                                  tensor_parallel=self.tensor_parallel)
         if path is not None:
             write_json(path, report.to_dict())
         return report
@@ -201,6 +228,11 @@ class CompiledModel:
     def save(self, path) -> str:
         from trnsim.runtime.persist import save_model
 
+        if self.stages:
+            from trnsim.errors import UnsupportedError
+
+            raise UnsupportedError(f"saving a {len(self.stages)}-stage pipelined model is not "
+                                   f"supported yet (trace it again instead)")
         return str(save_model(self, path))
 
 

@@ -138,7 +138,8 @@ class Planner:
             if ap.memory is Memory.HBM and ap not in self._bounded:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
-        plan = build_plan(ins, self.core, self.regions, self.ports)
+        plan = build_plan(ins, self.core, self.regions, self.ports,
+                          program.metadata.get("resident", ()))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         return plan
@@ -154,7 +155,10 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
-def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable) -> Plan:
+def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
+               resident: frozenset[str] | tuple[str, ...] = ()) -> Plan:
+    """`resident`: HBM tensors the program keeps cached on chip (neuron-cc pipeline stages'
+    weights): moving them costs DMA engine time but no device-memory bandwidth."""
     plan = Plan()
     reads, writes = ins.reads(), ins.writes()
     read_info = [regions.info(ap) for ap in reads]
@@ -164,7 +168,8 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable) -
     plan.flops = ins.flops()
     if plan.flops and reads:
         plan.precision = reads[0].dtype.precision or "fp32"
-    plan.hbm_read = sum(nbytes for _, nbytes, memory in read_info if memory is Memory.HBM)
+    plan.hbm_read = sum(nbytes for ap, (_, nbytes, memory) in zip(reads, read_info, strict=True)
+                        if memory is Memory.HBM and ap.tensor not in resident)
     plan.hbm_write = sum(nbytes for _, nbytes, memory in write_info if memory is Memory.HBM)
     if ins.engine is Engine.DMA:
         plan.code = -1

@@ -65,17 +65,20 @@ PASS_NAMES = tuple(p.name for p in PIPELINE)
 
 def run_pipeline(graph: Graph, options: CompileOptions | None = None, *,
                  dump_after: Sequence[str] = (), dump: Callable[[str], None] = print,
-                 verify: bool = True, stop_after: str | None = None) -> Graph:
-    """Run `PIPELINE` on `graph`; returns the kernel-level graph (with its memory plan)."""
+                 verify: bool = True, stop_after: str | None = None,
+                 start_after: str | None = None) -> Graph:
+    """Run `PIPELINE` on `graph`; returns the kernel-level graph (with its memory plan).
+    `stop_after` / `start_after` run only the passes up to / after the one named."""
     options = options or CompileOptions()
     wanted = set(dump_after) | set(options.dump_after)
-    for name in [*wanted, *([stop_after] if stop_after else [])]:
+    for name in [*wanted, *(n for n in (stop_after, start_after) if n)]:
         if name not in PASS_NAMES:
             raise UnknownNameError("compiler pass", name, PASS_NAMES)
     if verify:
         graph.verify()
     times: dict[str, float] = {}
-    for p in PIPELINE:
+    first = PASS_NAMES.index(start_after) + 1 if start_after else 0
+    for p in PIPELINE[first:]:
         start = time.perf_counter()
         graph = p.run(graph, options)
         times[p.name] = time.perf_counter() - start
