@@ -66,5 +66,18 @@ def test_pipeline_mode_is_neuron_ccs_and_inf1s(model, monkeypatch):
     assert options_from_env().pipeline_cores == 2
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge")
     assert len(staged.stages) == 2
-    with pytest.raises(UnsupportedError, match="2-stage pipelined model"):
-        staged.save("unused.trnsim")
+
+
+def test_a_pipelined_model_saves_and_loads(model, tmp_path):
+    net, inputs = model
+    staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=3)
+    loaded = trnsim.load(staged.save(tmp_path / "staged.trnsim"))
+    assert len(loaded.stages) == 3
+    assert [bool(s.program.metadata.get("resident")) for s in loaded.stages] == \
+        [bool(s.program.metadata.get("resident")) for s in staged.stages]
+    for got, want in zip(loaded(*inputs), staged(*inputs), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert loaded.report().latency_ms == pytest.approx(staged.report().latency_ms)
+    (tmp_path / "staged.trnsim" / "stage2" / "program.json").write_text("{}")
+    with pytest.raises(trnsim.runtime.ArtifactError, match="checksum"):
+        trnsim.load(tmp_path / "staged.trnsim")

@@ -228,11 +228,6 @@ class CompiledModel:
     def save(self, path) -> str:
         from trnsim.runtime.persist import save_model
 
-        if self.stages:
-            from trnsim.errors import UnsupportedError
-
-            raise UnsupportedError(f"saving a {len(self.stages)}-stage pipelined model is not "
-                                   f"supported yet (trace it again instead)")
         return str(save_model(self, path))
 
 

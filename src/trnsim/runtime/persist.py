@@ -10,9 +10,18 @@ from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
 
 def save_model(model: CompiledModel, path) -> Path:
+    """One artifact; a pipelined model's stages 1.. are artifacts in ``stage<i>/`` beside it."""
     from trnsim.isa.serialize import program_to_data
 
-    constants = {t.name: t.values() for t in model.program.tensors.values() if t.kind == "constant"}
+    stages = []
+    for index, stage in enumerate(model.stages):
+        program = stage.program
+        stages.append({"inputs": stage.inputs, "outputs": stage.outputs,
+                       "resident": sorted(program.metadata.get("resident", ()))})
+        if index:
+            write(Path(path) / f"stage{index}", {"name": f"{model.name} stage {index}"},
+                  program_to_data(program), _constants(program))
+    constants = _constants(model.program)
     sharded = sorted(t.name for t in model.program.tensors.values()
                      if t.kind == "constant" and getattr(t.data, "sharded", False))
     for rank, program in enumerate(model.rank_programs()[1:], start=1):
@@ -23,9 +32,13 @@ def save_model(model: CompiledModel, path) -> Path:
         "input_structure": model.input_structure.to_json() if model.input_structure else None,
         "output_structure": model.output_structure.to_json() if model.output_structure else None,
         "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
-        "tensor_parallel": model.tensor_parallel, "sharded": sharded,
+        "tensor_parallel": model.tensor_parallel, "sharded": sharded, "stages": stages,
     }
     return write(path, manifest, program_to_data(model.program), constants)
+
+
+def _constants(program) -> dict:
+    return {t.name: t.values() for t in program.tensors.values() if t.kind == "constant"}
 
 
 class _RankArrays:
@@ -57,6 +70,7 @@ def load_model(path) -> CompiledModel:
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
+        stages = _load_stages(path, program, manifest.get("stages", []))
         ranks = int(manifest.get("tensor_parallel", 1))
         for name in manifest.get("sharded", []):
             chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
@@ -67,4 +81,22 @@ def load_model(path) -> CompiledModel:
                          instance=manifest["instance"], options=manifest["options"],
                          input_structure=structures[0], output_structure=structures[1],
                          kernels=kernels, placement=manifest.get("placement", []),
-                         tensor_parallel=ranks)
+                         tensor_parallel=ranks, stages=stages)
+
+
+def _load_stages(path, first, described: list[dict]) -> list:
+    from trnsim.isa.serialize import program_from_data
+    from trnsim.runtime.pipeline import PipelineStage
+
+    stages = []
+    for index, stage in enumerate(described):
+        if index:
+            _, data, constants, _ = read(Path(path) / f"stage{index}")
+            program = program_from_data(data, constants)
+        else:
+            program = first
+        if stage["resident"]:
+            program.metadata["resident"] = frozenset(stage["resident"])
+        stages.append(PipelineStage(program, [tuple(x) for x in stage["inputs"]],
+                                    [tuple(x) for x in stage["outputs"]]))
+    return stages
