@@ -99,17 +99,20 @@ def test_models_run_on_inferentia_without_gpsimd(zoo, name):
 
 
 def test_internal_hbm_tensors_share_buffers(zoo):
-    """Intermediates dead by the next layer share device memory (and the results stay right)."""
+    """Intermediates that fit stay in SBUF (all of this small BERT's do); the others share
+    device memory when dead by the next layer (tests/compiler/test_onchip.py covers both)."""
     import trnsim
     from trnsim.compiler.lowering.hbm import SLOT_PREFIX
 
     m = zoo.get("bert")
     compiled = trnsim.trace(m.model, m.example, instance="inf2.xlarge")
     tensors = compiled.program.tensors.values()
-    internal = [t for t in tensors if t.kind == "internal"]
-    assert internal and all(t.name.startswith(SLOT_PREFIX) for t in internal)
+    internal = [t for t in tensors if t.kind == "internal" and not t.on_chip]
+    assert all(t.name.startswith(SLOT_PREFIX) for t in internal)
     written = {ap.tensor for ins in compiled.program.instructions for ap in ins.writes()
                if ap.tensor.startswith(SLOT_PREFIX)}
-    # more intermediates were written than there are buffers holding them
+    # more intermediates were written than there are buffers holding them (in SBUF or HBM)
+    on_chip = [t for t in tensors if t.on_chip]
     kernels_writing_hbm = len([k for k in compiled.kernels if k.op != "output"])
-    assert len(written) == len(internal) < kernels_writing_hbm
+    assert len(written) == len(internal)
+    assert on_chip and len(internal) + len(on_chip) < kernels_writing_hbm

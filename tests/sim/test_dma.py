@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from tests.sim.helpers import builder, core
+from tests.sim.helpers import builder, core, hbm_ap
 from trnsim import hardware
 from trnsim.isa import DmaCopy, TensorCopy
 from trnsim.sim import simulate
@@ -169,3 +169,39 @@ def test_resident_tensors_cost_dma_time_but_no_device_memory_bandwidth():
     chip = hardware.chip("Inferentia")
     assert dram.total_ns >= 16 * 128 * 2048 * 2 / (chip.memory_bytes_per_s / 1e9)  # DRAM-bound
     assert cached.total_ns < dram.total_ns / 2
+
+
+def _on_chip_round_trip(*, on_chip: bool, load_dtype: str = "float32", transposing: bool = False):
+    """A tile stored to an internal tensor and loaded back (as a kernel boundary does)."""
+    b = builder()
+    b.tensor("act", (128, 1024), "float32")
+    src = b.tile((128, 1024), "float32")
+    back = b.tile((128, 1024), load_dtype)
+    decl = b.program.tensors["act"]
+    b.emit(DmaCopy(dst=decl.block(), src=src))
+    if transposing:  # 128 partitions reading one column each: one element per descriptor
+        b.emit(DmaCopy(dst=b.tile((128, 8), "float32"),
+                       src=hbm_ap("act", "float32", 128, 1, ((1024, 8),))))
+    else:
+        b.emit(DmaCopy(dst=back, src=decl.block()))
+    if on_chip:
+        b.program.tensors["act"] = dataclasses.replace(decl, on_chip=True)
+    return simulate(b.build(), mode="timing").profile
+
+
+def test_an_on_chip_tensor_handed_over_in_its_layout_moves_nothing():
+    """An internal tensor the compiler keeps in SBUF: store and same-layout load are in place."""
+    off = _on_chip_round_trip(on_chip=False)
+    on = _on_chip_round_trip(on_chip=True)
+    assert off.total_ns > 2 * core("v2").dma.start_latency_ns
+    assert on.total_ns == 0.0
+    assert on.summary.hbm_read_bytes == on.summary.hbm_write_bytes == 0
+
+
+def test_an_on_chip_tensor_read_with_a_cast_or_a_new_layout_is_an_sbuf_to_sbuf_dma():
+    cast = _on_chip_round_trip(on_chip=True, load_dtype="bfloat16")
+    assert cast.total_ns > core("v2").dma.start_latency_ns  # the cast load still moves data
+    assert cast.summary.hbm_read_bytes == 0
+    relaid = _on_chip_round_trip(on_chip=True, transposing=True)
+    assert relaid.total_ns > core("v2").dma.start_latency_ns
+    assert relaid.summary.hbm_read_bytes == 0

@@ -29,6 +29,9 @@ class TensorDecl:
     dtype: DType
     kind: str = "internal"
     data: np.ndarray | None = None  # or a zero-argument callable returning it (computed lazily)
+    # An internal tensor the compiler keeps in SBUF between the kernels that write and read it
+    # (`trnsim.compiler.lowering.onchip`): DMAs touching it move no HBM bytes (`trnsim.sim.dma`).
+    on_chip: bool = False
 
     def values(self) -> np.ndarray | None:
         return self.data() if callable(self.data) else self.data

@@ -21,6 +21,9 @@ The model (hardware.md section 6, fact 7; numbers from `CoreSpec.dma` and `ChipS
   (``ChipSpec.memory_bytes_per_s``), shared by all cores of the chip; SBUF-to-SBUF DMAs use
   none. When the DMA engines of the simulated cores cannot exceed it together (one Trainium core:
   272 GB/s of DMA against 880 GB/s of HBM) the HBM timeline is skipped, as it can never bind.
+- **On-chip tensors.** A tensor the compiler keeps in SBUF (`TensorDecl.on_chip`) uses no HBM
+  bandwidth; a DMA that hands it over in its own layout is done when its data is ready and uses
+  neither a queue nor an engine (see `trnsim.sim.plan._dma_plan`).
 - Not modelled: the hardware DGE's per-instruction cost on NeuronCore-v3+ (kernels with static
   addresses use precomputed descriptors), DMA QoS classes (v4), engine-to-queue round-robin
   arbitration within a transfer (the pool shares engines evenly instead).
@@ -65,6 +68,8 @@ class DmaQueues:
         transfer = plan.dma
         queue_free = self.queue_free
         queue = transfer.queue
+        if transfer.in_place:  # an on-chip hand-off: done when its data is (no queue, no bytes)
+            return (queue or 0), ready, ready
         if queue is None:
             queue = queue_free.index(min(queue_free))
         data_start = max(ready + self.latency, queue_free[queue])

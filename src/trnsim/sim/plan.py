@@ -20,6 +20,7 @@ from operator import attrgetter
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
 from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
+from trnsim.isa.dma import DmaCopy, contiguous_run_bytes
 from trnsim.sim.dependencies import Region, RegionIndex
 from trnsim.sim.engines import STREAM_OF_ENGINE, TENSOR, TENSOR_LOAD
 from trnsim.sim.resources import BusyIntervals
@@ -28,13 +29,16 @@ from trnsim.sim.resources import BusyIntervals
 class DmaPlan:
     """A DMA instruction's transfer: engine-time, engines it may spread over, HBM traffic."""
 
-    __slots__ = ("engines", "hbm_per_work", "queue", "work")
+    __slots__ = ("engines", "hbm_per_work", "in_place", "queue", "work")
 
-    def __init__(self, work: float, engines: int, hbm_per_work: float, queue: int | None) -> None:
+    def __init__(self, work: float, engines: int, hbm_per_work: float, queue: int | None,
+                 in_place: bool = False) -> None:
         self.work = work  # engine-ns: the transfer's time alone on one engine (descriptors included)
         self.engines = engines  # how many of the core's DMA engines it spreads over
         self.hbm_per_work = hbm_per_work  # HBM bytes moved per engine-ns
         self.queue = queue  # a pinned queue, or None for the scheduler's choice
+        # a hand-off of an on-chip tensor in its own layout: no data moves (`trnsim.sim.dma`)
+        self.in_place = in_place
 
 
 class Plan:
@@ -86,6 +90,7 @@ class Planner:
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
+        self._on_chip: tuple[Program | None, frozenset[str]] = (None, frozenset())
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
         self.has_kinds = False
@@ -139,10 +144,16 @@ class Planner:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
         plan = build_plan(ins, self.core, self.regions, self.ports,
-                          program.metadata.get("resident", ()))
+                          program.metadata.get("resident", ()), on_chip=self.on_chip(program))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         return plan
+
+    def on_chip(self, program: Program) -> frozenset[str]:
+        """Names of the program's tensors the compiler keeps in SBUF (`TensorDecl.on_chip`)."""
+        if self._on_chip[0] is not program:
+            self._on_chip = (program, frozenset(n for n, t in program.tensors.items() if t.on_chip))
+        return self._on_chip[1]
 
 
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
@@ -156,9 +167,12 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
 
 
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
-               resident: frozenset[str] | tuple[str, ...] = ()) -> Plan:
+               resident: frozenset[str] | tuple[str, ...] = (), *,
+               on_chip: frozenset[str] = frozenset()) -> Plan:
     """`resident`: HBM tensors the program keeps cached on chip (neuron-cc pipeline stages'
-    weights): moving them costs DMA engine time but no device-memory bandwidth."""
+    weights): moving them costs DMA engine time but no device-memory bandwidth. `on_chip`:
+    internal tensors that live in SBUF (`TensorDecl.on_chip`): no HBM traffic, and their
+    same-layout hand-offs move nothing (see `_dma_plan`)."""
     plan = Plan()
     reads, writes = ins.reads(), ins.writes()
     read_info = [regions.info(ap) for ap in reads]
@@ -169,11 +183,13 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
     if plan.flops and reads:
         plan.precision = reads[0].dtype.precision or "fp32"
     plan.hbm_read = sum(nbytes for ap, (_, nbytes, memory) in zip(reads, read_info, strict=True)
-                        if memory is Memory.HBM and ap.tensor not in resident)
-    plan.hbm_write = sum(nbytes for _, nbytes, memory in write_info if memory is Memory.HBM)
+                        if memory is Memory.HBM and ap.tensor not in resident
+                        and ap.tensor not in on_chip)
+    plan.hbm_write = sum(nbytes for ap, (_, nbytes, memory) in zip(writes, write_info, strict=True)
+                         if memory is Memory.HBM and ap.tensor not in on_chip)
     if ins.engine is Engine.DMA:
         plan.code = -1
-        plan.dma = _dma_plan(ins, core, reads, writes, plan)
+        plan.dma = _dma_plan(ins, core, reads, writes, plan, on_chip)
         return plan
     cost = ins.cost(core)
     plan.busy, plan.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
@@ -191,9 +207,16 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
 
 
 def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
-              writes: tuple[AccessPattern, ...], plan: Plan) -> DmaPlan:
+              writes: tuple[AccessPattern, ...], plan: Plan,
+              on_chip: frozenset[str] = frozenset()) -> DmaPlan:
     """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
-    on-chip side's partitions (``partitions_per_engine`` each, at most all engines)."""
+    on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
+
+    A DMA between SBUF and a tensor the compiler keeps on chip (`TensorDecl.on_chip`) moves no
+    HBM bytes. When it also keeps each partition's elements in one contiguous run of the tensor
+    (the layout the producer stored: rows on partitions) and the dtype, it is an in-place
+    hand-off: the producer's tile is the consumer's, so no data moves (`DmaPlan.in_place`). Any
+    other access re-lays out or casts the data and is charged as an SBUF-to-SBUF DMA."""
     dma = core.dma
     queue = getattr(ins, "queue", None)
     if queue is not None and not 0 <= queue < dma.queues_per_engine:
@@ -206,9 +229,31 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     else:  # a DMA-engine instruction without a transfer model: its cost alone on one engine
         work = ins.cost(core).busy_ns - dma.start_latency_ns
         plan.nbytes = max((ap.nbytes for ap in (*reads, *writes)), default=0)
-    on_chip = [ap.partitions for ap in (*writes, *reads) if ap.memory is not Memory.HBM]
-    partitions = on_chip[0] if on_chip else (writes[0].partitions if writes else 1)
+    sides = [ap.partitions for ap in (*writes, *reads) if ap.memory is not Memory.HBM]
+    partitions = sides[0] if sides else (writes[0].partitions if writes else 1)
     engines = min(dma.engines, max(1, -(-partitions // dma.partitions_per_engine)))
     hbm_bytes = plan.hbm_read + plan.hbm_write
     work = max(float(work), 0.0)
-    return DmaPlan(work, engines, hbm_bytes / work if work > 0 else 0.0, queue)
+    in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
+                and _in_place(reads, writes, on_chip))
+    return DmaPlan(0.0 if in_place else work, engines,
+                   hbm_bytes / work if work > 0 else 0.0, queue, in_place)
+
+
+def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
+              on_chip: frozenset[str]) -> bool:
+    """A plain copy whose HBM-declared operands are all on chip, each read or written one
+    partition's run at a time, with SBUF on the other side and no cast (see `_dma_plan`)."""
+    operands = (*reads, *writes)
+    declared = [ap for ap in operands if ap.memory is Memory.HBM]
+    if not declared or any(ap.tensor not in on_chip for ap in declared):
+        return False
+    if not any(ap.memory is Memory.SBUF for ap in operands):
+        return False
+    if len({ap.dtype for ap in operands}) > 1:  # a cast moves data (DMAs cast; nki-dma-overview)
+        return False
+    for ap in declared:
+        per_partition = ap.nbytes // max(ap.partitions, 1)
+        if contiguous_run_bytes(dataclasses.replace(ap, partitions=1)) < per_partition:
+            return False
+    return True

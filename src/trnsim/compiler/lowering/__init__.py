@@ -21,6 +21,7 @@ from trnsim.compiler.fused import KERNELS
 from trnsim.compiler.interpret import EVAL
 from trnsim.compiler.ir import Graph, Node
 from trnsim.compiler.lowering.hbm import reuse_internal_hbm
+from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError, UnsupportedError
 from trnsim.isa import Program
@@ -87,6 +88,7 @@ class _Lowering:
             self.trace.flush()
         inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
         program = self.trace.builder.program
+        keep_on_chip(program, self.trace.core)
         reuse_internal_hbm(program)
         return Lowered(program, inputs, outputs, self.calls)
 

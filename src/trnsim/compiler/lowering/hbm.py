@@ -10,6 +10,9 @@ largest free slot, else opens a new one. The simulator orders a slot's next writ
 read (write-after-read on the shared bytes), so reuse is safe in both modes and costs whatever
 waiting that ordering implies, as on hardware.
 
+Tensors the compiler keeps in SBUF (`TensorDecl.on_chip`, `trnsim.compiler.lowering.onchip`)
+take no HBM and keep their names.
+
 Straight-line programs only: a program with control flow keeps one buffer per tensor.
 """
 
@@ -27,7 +30,8 @@ def reuse_internal_hbm(program: Program) -> dict[str, str]:
     """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot."""
     if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
         return {}
-    internal = {name for name, t in program.tensors.items() if t.kind == "internal"}
+    internal = {name for name, t in program.tensors.items()
+                if t.kind == "internal" and not t.on_chip}  # on-chip tensors take no HBM
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, ins in enumerate(program.instructions):

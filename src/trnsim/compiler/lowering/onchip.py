@@ -1,0 +1,83 @@
+"""On-chip intermediates: internal tensors that fit in the SBUF the kernels leave free stay there.
+
+neuronx-cc compiles the whole graph at once and allocates intermediate activations in SBUF
+(24 MiB per NeuronCore-v2) when they fit, spilling to HBM only what does not; the next layer
+reads them where the previous one wrote them. trnsim's kernels exchange results through HBM
+tensors, so without this pass every activation makes a round trip through the DMA engines (at
+batch 1 on inf2, about 40% of BERT-large's DMA time). This pass gives each internal tensor its
+live range (first to last instruction touching it, in program order) and keeps it in SBUF when,
+over that whole range, it fits beside the kernels' own working set (the program's SBUF peak)
+and the other tensors kept there: first come, first placed, as a linear-scan allocator would.
+What stays on chip is marked `TensorDecl.on_chip` and counted in the program's SBUF peak; the
+simulator then charges its DMAs no HBM bytes, and nothing at all when they hand the tensor over
+in its own layout and dtype (`trnsim.sim.plan`).
+
+ASSUMPTION: a tensor kept on chip is spread evenly over all partitions (rows of tokens on
+partitions, as the kernels store them), so it takes nbytes / partitions of each partition.
+
+Straight-line programs only (live ranges in program order), like `reuse_internal_hbm`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trnsim.isa import AccessPattern, Memory, Program
+
+
+def keep_on_chip(program: Program, core) -> list[str]:
+    """Mark the internal tensors kept in SBUF (in place); returns their names."""
+    if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
+        return []
+    budget = core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition
+    if budget <= 0:
+        return []
+    ranges = live_ranges(program)
+    kept: list[tuple[int, int, int]] = []  # (first, last, bytes per partition)
+    names: list[str] = []
+    for name in sorted(ranges, key=lambda n: (ranges[n][0], n)):
+        first, last = ranges[name]
+        need = footprint(program.tensors[name].nbytes, core.partitions)
+        if need + _peak(kept, first, last) <= budget:
+            kept.append((first, last, need))
+            names.append(name)
+    for name in names:
+        program.tensors[name] = dataclasses.replace(program.tensors[name], on_chip=True)
+    # the kept tensors occupy SBUF beside the kernels' tiles: the program's SBUF peak says so
+    # (and whatever else wants the rest, e.g. a pipeline stage caching weights, sees it)
+    program.sbuf_peak_bytes_per_partition += _peak(kept, 0, len(program.instructions))
+    return names
+
+
+def footprint(nbytes: int, partitions: int) -> int:
+    """Bytes per partition of a tensor spread evenly over all partitions (the ASSUMPTION above),
+    rounded up to 4 bytes as the SBUF allocator aligns."""
+    return -(-nbytes // (4 * partitions)) * 4
+
+
+def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
+    """(first, last) instruction index touching each internal tensor."""
+    internal = {name for name, t in program.tensors.items() if t.kind == "internal"}
+    ranges: dict[str, tuple[int, int]] = {}
+    for index, ins in enumerate(program.instructions):
+        for ap in _hbm_operands(ins):
+            if ap.tensor in internal:
+                first = ranges.get(ap.tensor, (index, index))[0]
+                ranges[ap.tensor] = (first, index)
+    return ranges
+
+
+def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
+    """Largest total of kept bytes live at any instruction in [first, last]."""
+    overlapping = [(a, b, n) for a, b, n in kept if a <= last and b >= first]
+    points = sorted({max(a, first) for a, _, _ in overlapping} | {first})
+    return max((sum(n for a, b, n in overlapping if a <= p <= b) for p in points), default=0)
+
+
+def _hbm_operands(ins):
+    for f in dataclasses.fields(ins):
+        value = getattr(ins, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
+                yield item

@@ -1,0 +1,69 @@
+"""On-chip intermediates (`trnsim.compiler.lowering.onchip`) and their HBM reuse, on hand-built
+programs: what fits in the SBUF the kernels leave free stays there, the rest shares HBM slots."""
+
+import dataclasses
+
+from trnsim import hardware
+from trnsim.compiler.lowering.hbm import SLOT_PREFIX, reuse_internal_hbm
+from trnsim.compiler.lowering.onchip import footprint, keep_on_chip, live_ranges
+from trnsim.isa import DmaCopy, ProgramBuilder
+
+CORE = hardware.core(2)
+
+
+def _chain(sizes: list[int], *, free_bytes_per_partition: int | None = None):
+    """A chain of kernels: each stores an fp32 [128, n] result, then loads the previous one.
+    The kernels' SBUF peak leaves `free_bytes_per_partition` (default: what their tiles leave)."""
+    b = ProgramBuilder("chain", CORE)
+    tile = b.tile((128, max(sizes)), "float32")
+    for i, n in enumerate(sizes):
+        decl = b.tensor(f"t{i}", (128, n), "float32")
+        b.emit(DmaCopy(dst=decl.block(), src=_cols(tile, n)))
+        if i:
+            prev = b.program.tensors[f"t{i - 1}"]
+            b.emit(DmaCopy(dst=_cols(tile, prev.shape[1]), src=prev.block()))
+    program = b.build()
+    if free_bytes_per_partition is not None:
+        program.sbuf_peak_bytes_per_partition = (CORE.sbuf_usable_bytes_per_partition
+                                                 - free_bytes_per_partition)
+    return program
+
+
+def _cols(tile, n: int):
+    """The first n fp32 columns of a dense [128, m] tile."""
+    return dataclasses.replace(tile, dims=((1, n),))
+
+
+def test_footprint_spreads_over_partitions_rounded_to_the_allocator_alignment():
+    assert footprint(128 * 1024 * 4, 128) == 4096
+    assert footprint(10, 128) == 4
+
+
+def test_live_ranges_run_from_first_to_last_use():
+    program = _chain([8, 8, 8])
+    assert live_ranges(program) == {"t0": (0, 2), "t1": (1, 4), "t2": (3, 3)}
+
+
+def test_intermediates_that_fit_beside_the_kernels_stay_on_chip():
+    program = _chain([1024, 1024, 1024])
+    kept = keep_on_chip(program, CORE)
+    assert kept == ["t0", "t1", "t2"]
+    assert all(t.on_chip for t in program.tensors.values())
+
+
+def test_what_does_not_fit_stays_in_hbm_and_shares_slots():
+    # the kernels leave 40 KiB per partition; a 32 KiB tensor fits, two live at once do not
+    program = _chain([8192, 8192, 8192, 8192], free_bytes_per_partition=40 * 1024)
+    kernels_peak = program.sbuf_peak_bytes_per_partition
+    kept = keep_on_chip(program, CORE)
+    assert kept == ["t0", "t2"]  # t1 overlaps t0 at instruction 2; t3 overlaps t2
+    assert program.sbuf_peak_bytes_per_partition == kernels_peak + 32 * 1024  # one live at a time
+    rename = reuse_internal_hbm(program)
+    assert set(rename) == {"t1", "t3"} and rename["t1"] == rename["t3"]  # one HBM slot
+    assert rename["t1"].startswith(SLOT_PREFIX)
+    assert program.tensors["t0"].on_chip and "t1" not in program.tensors
+
+
+def test_nothing_stays_on_chip_when_the_kernels_use_all_of_sbuf():
+    program = _chain([64, 64], free_bytes_per_partition=0)
+    assert keep_on_chip(program, CORE) == []
