@@ -171,19 +171,23 @@ def test_resident_tensors_cost_dma_time_but_no_device_memory_bandwidth():
     assert cached.total_ns < dram.total_ns / 2
 
 
-def _on_chip_round_trip(*, on_chip: bool, load_dtype: str = "float32", transposing: bool = False):
+def _on_chip_round_trip(*, on_chip: bool, load_dtype: str = "float32", transposing: bool = False,
+                        shifted: bool = False):
     """A tile stored to an internal tensor and loaded back (as a kernel boundary does)."""
     b = builder()
-    b.tensor("act", (128, 1024), "float32")
+    b.tensor("act", (256, 1024), "float32")
     src = b.tile((128, 1024), "float32")
     back = b.tile((128, 1024), load_dtype)
     decl = b.program.tensors["act"]
-    b.emit(DmaCopy(dst=decl.block(), src=src))
-    if transposing:  # 128 partitions reading one column each: one element per descriptor
+    b.emit(DmaCopy(dst=decl.block((0, 0), (128, 1024)), src=src))
+    b.emit(DmaCopy(dst=decl.block((128, 0), (128, 1024)), src=src))
+    if shifted:  # rows 64..191: half of them sit on other partitions than they were stored from
+        b.emit(DmaCopy(dst=back, src=decl.block((64, 0), (128, 1024))))
+    elif transposing:  # 128 partitions reading one column each: one element per descriptor
         b.emit(DmaCopy(dst=b.tile((128, 8), "float32"),
                        src=hbm_ap("act", "float32", 128, 1, ((1024, 8),))))
     else:
-        b.emit(DmaCopy(dst=back, src=decl.block()))
+        b.emit(DmaCopy(dst=back, src=decl.block((128, 0), (128, 1024))))
     if on_chip:
         b.program.tensors["act"] = dataclasses.replace(decl, on_chip=True)
     return simulate(b.build(), mode="timing").profile
@@ -202,6 +206,7 @@ def test_an_on_chip_tensor_read_with_a_cast_or_a_new_layout_is_an_sbuf_to_sbuf_d
     cast = _on_chip_round_trip(on_chip=True, load_dtype="bfloat16")
     assert cast.total_ns > core("v2").dma.start_latency_ns  # the cast load still moves data
     assert cast.summary.hbm_read_bytes == 0
-    relaid = _on_chip_round_trip(on_chip=True, transposing=True)
-    assert relaid.total_ns > core("v2").dma.start_latency_ns
-    assert relaid.summary.hbm_read_bytes == 0
+    for relaid in (_on_chip_round_trip(on_chip=True, transposing=True),
+                   _on_chip_round_trip(on_chip=True, shifted=True)):
+        assert relaid.total_ns > core("v2").dma.start_latency_ns
+        assert relaid.summary.hbm_read_bytes == 0

@@ -213,10 +213,11 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
 
     A DMA between SBUF and a tensor the compiler keeps on chip (`TensorDecl.on_chip`) moves no
-    HBM bytes. When it also keeps each partition's elements in one contiguous run of the tensor
-    (the layout the producer stored: rows on partitions) and the dtype, it is an in-place
-    hand-off: the producer's tile is the consumer's, so no data moves (`DmaPlan.in_place`). Any
-    other access re-lays out or casts the data and is charged as an SBUF-to-SBUF DMA."""
+    HBM bytes. When it also keeps the layout the producer stored (rows on partitions: each
+    partition's elements one contiguous run of the tensor, row r on partition r mod 128) and the
+    dtype, it is an in-place hand-off: the producer's tile is the consumer's, so no data moves
+    (`DmaPlan.in_place`). Any other access re-lays out or casts the data and is charged as an
+    SBUF-to-SBUF DMA."""
     dma = core.dma
     queue = getattr(ins, "queue", None)
     if queue is not None and not 0 <= queue < dma.queues_per_engine:
@@ -235,25 +236,32 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     hbm_bytes = plan.hbm_read + plan.hbm_write
     work = max(float(work), 0.0)
     in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
-                and _in_place(reads, writes, on_chip))
+                and _in_place(reads, writes, on_chip, core.partitions))
     return DmaPlan(0.0 if in_place else work, engines,
                    hbm_bytes / work if work > 0 else 0.0, queue, in_place)
 
 
 def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-              on_chip: frozenset[str]) -> bool:
+              on_chip: frozenset[str], partitions: int) -> bool:
     """A plain copy whose HBM-declared operands are all on chip, each read or written one
     partition's run at a time, with SBUF on the other side and no cast (see `_dma_plan`)."""
     operands = (*reads, *writes)
     declared = [ap for ap in operands if ap.memory is Memory.HBM]
     if not declared or any(ap.tensor not in on_chip for ap in declared):
         return False
-    if not any(ap.memory is Memory.SBUF for ap in operands):
+    sides = [ap for ap in operands if ap.memory is Memory.SBUF]
+    if not sides:
         return False
+    lane = sides[0].partition_start
     if len({ap.dtype for ap in operands}) > 1:  # a cast moves data (DMAs cast; nki-dma-overview)
         return False
     for ap in declared:
         per_partition = ap.nbytes // max(ap.partitions, 1)
         if contiguous_run_bytes(dataclasses.replace(ap, partitions=1)) < per_partition:
+            return False
+        # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
+        # SBUF side must start on the first row's partition, else the data crosses lanes
+        row = ap.offset // ap.dtype.itemsize // ap.partition_step if ap.partition_step else 0
+        if (row - lane) % partitions:
             return False
     return True
