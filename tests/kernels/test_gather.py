@@ -23,6 +23,18 @@ def test_embedding_timing_does_not_need_index_values():
     assert 1_000 < result.total_ns < 20_000
 
 
+def test_embedding_draws_only_the_rows_it_moves_from_device_memory():
+    """The indirect DMA's dependencies span the whole table, but only the gathered rows cross
+    DRAM: on Inferentia (50 GB/s of DRAM for the chip) a 125 MB table read per 128 rows would
+    take 2.3 ms per DMA."""
+    rows, width = 1280, 1024
+    result = run(gather, [ArraySpec((30522, width), "float32"), ArraySpec((1, rows), "int32")],
+                 (1, rows, width), "float32", kind="embedding", target="inf1")
+    summary = result.profile.summary
+    assert summary.hbm_read_bytes == rows * width * 4 + rows * 4  # the rows and their indices
+    assert result.total_ns < 1e6
+
+
 def test_index_select_gather_and_index(rng):
     x = rng.standard_normal((5, 30, 8)).astype(np.float32)
     i1 = rng.integers(0, 30, (7,)).astype(np.int32)

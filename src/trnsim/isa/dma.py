@@ -54,6 +54,11 @@ class _Dma(Instruction):
     def transfer(self, core) -> DmaTransfer:
         raise NotImplementedError
 
+    def traffic(self) -> tuple[tuple[AccessPattern, ...], tuple[AccessPattern, ...]]:
+        """(read, written) patterns whose bytes the DMA actually moves: its reads and writes,
+        unless those name a wider region only to order dependencies (see DmaIndirect)."""
+        return self.reads(), self.writes()
+
     def cost(self, core) -> Cost:
         ns = core.dma.start_latency_ns + self.transfer(core).engine_ns(core)
         return Cost(ns, ns)
@@ -243,6 +248,11 @@ class DmaIndirect(_Dma):
                 state.write(target, state.read(ap).reshape(target.shape))
             else:
                 state.write(ap, values[p].reshape(ap.shape))
+
+    def traffic(self) -> tuple[tuple[AccessPattern, ...], tuple[AccessPattern, ...]]:
+        """The rows it gathers or scatters (one per partition), not the whole-tensor `extent`
+        its dependencies use."""
+        return (self.src, self.index), (self.dst,)
 
     def transfer(self, core) -> DmaTransfer:
         side = self.src if self.indexed == "src" else self.dst

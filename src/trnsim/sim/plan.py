@@ -182,11 +182,13 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
     plan.flops = ins.flops()
     if plan.flops and reads:
         plan.precision = reads[0].dtype.precision or "fp32"
-    plan.hbm_read = sum(nbytes for ap, (_, nbytes, memory) in zip(reads, read_info, strict=True)
-                        if memory is Memory.HBM and ap.tensor not in resident
-                        and ap.tensor not in on_chip)
-    plan.hbm_write = sum(nbytes for ap, (_, nbytes, memory) in zip(writes, write_info, strict=True)
-                         if memory is Memory.HBM and ap.tensor not in on_chip)
+    # device-memory traffic: the bytes moved (an indirect DMA's dependencies span its whole
+    # table, its traffic only the rows it moves)
+    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
+    plan.hbm_read = sum(ap.nbytes for ap in moved_reads if ap.memory is Memory.HBM
+                        and ap.tensor not in resident and ap.tensor not in on_chip)
+    plan.hbm_write = sum(ap.nbytes for ap in moved_writes if ap.memory is Memory.HBM
+                         and ap.tensor not in on_chip)
     if ins.engine is Engine.DMA:
         plan.code = -1
         plan.dma = _dma_plan(ins, core, reads, writes, plan, on_chip)
