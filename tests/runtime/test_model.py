@@ -112,6 +112,17 @@ def test_warm_cache_reports_without_lowering_again(compiled):
     assert isinstance(again.program, Program) and again.program.instructions
 
 
+def test_a_cached_report_is_not_read_after_the_simulator_changes(compiled, monkeypatch):
+    from trnsim.runtime import compile as compile_module
+
+    c = compiled[2]
+    c.report()
+    before = compile_module.report_cache_path(c, 2)
+    assert before.exists()
+    monkeypatch.setitem(compile_module._CODE_DIGESTS, compile_module.REPORT_CODE, "edited")
+    assert compile_module.report_cache_path(c, 2) != before
+
+
 def test_more_copies_than_visible_cores_fails_like_neuron(monkeypatch):
     model = torch.nn.Linear(8, 8)
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1")

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 import trnsim  # noqa: E402
 from trnsim.compiler import options_from_env  # noqa: E402
 from trnsim.errors import UnsupportedError  # noqa: E402
+from trnsim.runtime.pipeline import weights_on_chip  # noqa: E402
 
 
 class Stack(torch.nn.Module):
@@ -52,7 +53,7 @@ def test_small_stages_cache_their_weights_and_stream_faster(model):
     net, inputs = model
     whole = trnsim.trace(net, inputs, instance="inf1.xlarge").report()
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=4)
-    assert all(s.program.metadata.get("resident") for s in staged.stages)  # 128 KiB each
+    assert all(weights_on_chip(s.program) for s in staged.stages)  # 128 KiB each
     report = staged.report()
     assert report.hbm_read_bytes < whole.hbm_read_bytes  # weights come from on-chip memory
     assert report.throughput_per_s > whole.throughput_per_s / 4  # vs one copy on one core
@@ -73,8 +74,8 @@ def test_a_pipelined_model_saves_and_loads(model, tmp_path):
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=3)
     loaded = trnsim.load(staged.save(tmp_path / "staged.trnsim"))
     assert len(loaded.stages) == 3
-    assert [bool(s.program.metadata.get("resident")) for s in loaded.stages] == \
-        [bool(s.program.metadata.get("resident")) for s in staged.stages]
+    assert [weights_on_chip(s.program) for s in loaded.stages] == \
+        [weights_on_chip(s.program) for s in staged.stages]
     for got, want in zip(loaded(*inputs), staged(*inputs), strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert loaded.report().latency_ms == pytest.approx(staged.report().latency_ms)

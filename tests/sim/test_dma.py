@@ -149,19 +149,18 @@ def test_hbm_timeline_only_when_the_cores_can_saturate_it():
     assert hbm_timeline(slow, 2).capacity == pytest.approx(300.0)
 
 
-def test_resident_tensors_cost_dma_time_but_no_device_memory_bandwidth():
-    """A program may mark HBM tensors as cached on chip (neuron-cc pipeline stages' weights):
-    their loads still take DMA engine time, but draw nothing on the chip's DRAM, which on
-    Inferentia (50 GB/s for 4 cores) is what binds."""
-    def run(resident: bool):
+def test_weights_kept_on_chip_draw_no_device_memory_bandwidth():
+    """A pipeline stage's cached weights (`TensorDecl.on_chip`) draw nothing on the chip's DRAM,
+    which on Inferentia (50 GB/s for 4 cores) is what binds a weight stream."""
+    def run(cached: bool):
         b = builder("v1")
         w = b.input("w", (16 * 128, 2048), "bfloat16")
         tile = b.tile((128, 2048), "bfloat16")
         for i in range(16):
             b.emit(DmaCopy(dst=tile, src=w.block((i * 128, 0), (128, 2048))))
         program = b.build()
-        if resident:
-            program.metadata["resident"] = frozenset({"w"})
+        if cached:
+            program.tensors["w"] = dataclasses.replace(program.tensors["w"], on_chip=True)
         return simulate(program, mode="timing", chip="Inferentia").profile
 
     dram, cached = run(False), run(True)

@@ -183,21 +183,23 @@ def cache_key(graph, options, core) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-_CODE_DIGEST: str | None = None
+# What decides a lowered program (an edited kernel must never read a stale cached program),
+# and what decides a report of it (the simulator, the fabric, the report itself).
+PROGRAM_CODE = ("kernels", "compiler/lowering", "nki", "isa", "hardware")
+REPORT_CODE = ("sim", "collectives", "runtime")
+_CODE_DIGESTS: dict[tuple[str, ...], str] = {}
 
 
-def _code_digest() -> str:
-    """A digest of the code that decides what a lowering emits (kernels, lowering, nki, isa,
-    hardware), so an edited kernel never reads a stale cached program."""
-    global _CODE_DIGEST
-    if _CODE_DIGEST is None:
+def _code_digest(packages: tuple[str, ...] = PROGRAM_CODE) -> str:
+    """A digest of the source files of `packages` (paths under trnsim/)."""
+    if packages not in _CODE_DIGESTS:
         root = Path(__file__).resolve().parents[1]
         h = hashlib.sha256()
-        for package in ("kernels", "compiler/lowering", "nki", "isa", "hardware"):
+        for package in packages:
             for path in sorted((root / package).rglob("*.py")):
                 h.update(path.read_bytes())
-        _CODE_DIGEST = h.hexdigest()[:16]
-    return _CODE_DIGEST
+        _CODE_DIGESTS[packages] = h.hexdigest()[:16]
+    return _CODE_DIGESTS[packages]
 
 
 def _lower_cached(graph, options, spec):
@@ -249,8 +251,10 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def report_cache_path(compiled: CompiledModel, copies: int) -> Path | None:
-    """Where a model's report for `copies` copies is cached (keyed on program and instance)."""
+    """Where a model's report for `copies` copies is cached (keyed on program, instance and the
+    code that simulates and reports it)."""
     root, key = cache_dir(), compiled.meta.get("cache_key")
     if root is None or key is None:
         return None
-    return root / f"{key}.report-{copies}-{fingerprint(compiled.instance_spec)[:16]}.json"
+    return root / (f"{key}.report-{copies}-{fingerprint(compiled.instance_spec)[:16]}-"
+                   f"{_code_digest(REPORT_CODE)}.json")

@@ -16,8 +16,7 @@ def save_model(model: CompiledModel, path) -> Path:
     stages = []
     for index, stage in enumerate(model.stages):
         program = stage.program
-        stages.append({"inputs": stage.inputs, "outputs": stage.outputs,
-                       "resident": sorted(program.metadata.get("resident", ()))})
+        stages.append({"inputs": stage.inputs, "outputs": stage.outputs})
         if index:
             write(Path(path) / f"stage{index}", {"name": f"{model.name} stage {index}"},
                   program_to_data(program), _constants(program))
@@ -95,8 +94,6 @@ def _load_stages(path, first, described: list[dict]) -> list:
             program = program_from_data(data, constants)
         else:
             program = first
-        if stage["resident"]:
-            program.metadata["resident"] = frozenset(stage["resident"])
         stages.append(PipelineStage(program, [tuple(x) for x in stage["inputs"]],
                                     [tuple(x) for x in stage["outputs"]]))
     return stages

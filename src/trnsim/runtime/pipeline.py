@@ -8,12 +8,14 @@ different request at once, the stages of a chip share its DRAM bandwidth (simula
 and a copy completes a request every slowest-stage time.
 
 A stage whose weights fit in its core's on-chip memory next to its kernels' working tiles
-keeps them there (neuron-cc "caches the model parameters in each core's on-chip memory"): its
-program marks them resident, and moving them uses DMA engines but no DRAM bandwidth.
+(and the intermediates kept there) keeps them there (neuron-cc "caches the model parameters in
+each core's on-chip memory"): they are marked `TensorDecl.on_chip` like kept intermediates, so
+reading them draws no DRAM bandwidth and a load in their own layout moves nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,13 +36,21 @@ class PipelineStage:
 
 
 def cache_weights(program: Program, core) -> Program:
-    """Mark the program's constants resident if they fit in on-chip memory beside the largest
-    working set its kernels allocate (program.sbuf_peak_bytes_per_partition)."""
-    constants = [t for t in program.tensors.values() if t.kind == "constant"]
-    free = core.sbuf_bytes - program.sbuf_peak_bytes_per_partition * core.partitions
-    if constants and sum(t.nbytes for t in constants) <= free:
-        program.metadata["resident"] = frozenset(t.name for t in constants)
+    """Keep the program's constants on chip if they all fit in the SBUF its kernels and kept
+    intermediates leave free (program.sbuf_peak_bytes_per_partition), spread like them."""
+    from trnsim.compiler.lowering.onchip import footprint
+
+    names = [name for name, t in program.tensors.items() if t.kind == "constant"]
+    need = sum(footprint(program.tensors[n].nbytes, core.partitions) for n in names)
+    if names and need <= core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition:
+        for name in names:
+            program.tensors[name] = dataclasses.replace(program.tensors[name], on_chip=True)
+        program.sbuf_peak_bytes_per_partition += need
     return program
+
+
+def weights_on_chip(program: Program) -> bool:
+    return any(t.on_chip for t in program.tensors.values() if t.kind == "constant")
 
 
 def run_stages(stages: list[PipelineStage], arrays: dict, chip) -> dict:

@@ -200,7 +200,9 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
     report.kernels, report.by_op = kernels, by_op(kernels)
     report.hbm_read_bytes = sum(p.summary.hbm_read_bytes for p in profiles)
     report.hbm_write_bytes = sum(p.summary.hbm_write_bytes for p in profiles)
-    resident = sum(bool(p.program.metadata.get("resident")) for p in profiles)
+    from trnsim.runtime.pipeline import weights_on_chip
+
+    resident = sum(weights_on_chip(p.program) for p in profiles)
     report.notes = [f"neuron-cc pipeline: {len(profiles)} stages on {len(profiles)} "
                     f"{slowest.core.name}s, {resident} with their weights cached on chip; latency: "
                     f"batch {batch} through every stage; throughput: {copies} copies streaming "

@@ -143,8 +143,7 @@ class Planner:
             if ap.memory is Memory.HBM and ap not in self._bounded:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
-        plan = build_plan(ins, self.core, self.regions, self.ports,
-                          program.metadata.get("resident", ()), on_chip=self.on_chip(program))
+        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         return plan
@@ -166,13 +165,11 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
-def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
-               resident: frozenset[str] | tuple[str, ...] = (), *,
+def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
                on_chip: frozenset[str] = frozenset()) -> Plan:
-    """`resident`: HBM tensors the program keeps cached on chip (neuron-cc pipeline stages'
-    weights): moving them costs DMA engine time but no device-memory bandwidth. `on_chip`:
-    internal tensors that live in SBUF (`TensorDecl.on_chip`): no HBM traffic, and their
-    same-layout hand-offs move nothing (see `_dma_plan`)."""
+    """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
+    keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
+    move nothing (see `_dma_plan`)."""
     plan = Plan()
     reads, writes = ins.reads(), ins.writes()
     read_info = [regions.info(ap) for ap in reads]
@@ -186,7 +183,7 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable,
     # table, its traffic only the rows it moves)
     moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
     plan.hbm_read = sum(ap.nbytes for ap in moved_reads if ap.memory is Memory.HBM
-                        and ap.tensor not in resident and ap.tensor not in on_chip)
+                        and ap.tensor not in on_chip)
     plan.hbm_write = sum(ap.nbytes for ap in moved_writes if ap.memory is Memory.HBM
                          and ap.tensor not in on_chip)
     if ins.engine is Engine.DMA:
