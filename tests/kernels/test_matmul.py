@@ -165,3 +165,23 @@ def test_long_contraction_rows_are_transposed_in_hbm_first():
                  (768, 512), "bfloat16")
     internal = [t.shape for t in result.program.tensors.values() if t.kind == "internal"]
     assert internal == [(10240, 768)]
+
+
+def test_streamed_blocks_shrink_to_what_fragmented_sbuf_holds():
+    """Other tiles can split SBUF's free space (the plan counts only how much is free): the
+    streamed buffers narrow until they fit, instead of failing the model's compile. Here the
+    free space is a 30 KiB hole and a 48 KiB tail; two 32 KiB blocks of b fit in neither."""
+    from trnsim.nki.trace import current_trace
+
+    def fragmented(out, a, b):
+        sbuf = current_trace().sbuf
+        hole = sbuf.allocate(30 * 1024, "hole", 4)
+        sbuf.allocate(sbuf.capacity - 30 * 1024 - 48 * 1024, "pinned", 4)
+        sbuf.free(hole)
+        matmul(out, a, b)
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 1024)).astype(np.float32)
+    b = rng.standard_normal((1024, 8192)).astype(np.float32)
+    result = run(fragmented, [a, b], (256, 8192), "float32")
+    assert_close(result.output, loaded(a, "bfloat16") @ loaded(b, "bfloat16"), "float32")

@@ -194,6 +194,15 @@ class Engine:
                             lambda i: buffers[i % count][:, :, 0:units[i][1]], buffer=None,
                             unit=width, stages=stages)
 
+    def _fitting_block(self, block: int, count: int) -> int:
+        """The planned streamed block width, halved (down to 128) while `count` buffers of it do
+        not fit in SBUF's free ranges: other tiles may have split the space the plan counted."""
+        sbuf = current_trace().sbuf
+        while block > P and not sbuf.fits([self.kt * block * self.compute_bytes] * count,
+                                          max(4, self.compute_bytes)):
+            block = max(P, round_up(block // 2, P))
+        return block
+
     def _stream_rhs(self) -> None:
         """L resident (loaded on first use), R streamed in column blocks."""
         plan = self.plan
@@ -206,7 +215,9 @@ class Engine:
                 self._k_streamed([(r0, rr, lhs.buffer[:, :, r0:r0 + rr], c0, cw, None)
                                   for r0, rr in row_tiles], lhs.ensure_columns, "rhs", c0, cw)
             return
-        rhs = self._streamed(self.rhs, blocks, plan.block)
+        block = self._fitting_block(plan.block, 2)
+        blocks = tiles(self.cols, block)
+        rhs = self._streamed(self.rhs, blocks, block)
         few_rows = len(row_tiles) <= K_STREAM_BANKS
         if few_rows:  # all row tiles accumulate together, K tile by K tile, per 512 columns
             for r0, rr in row_tiles:

@@ -130,6 +130,19 @@ class RingAllocator:
             offset = -(-(clash[0] + clash[1]) // align) * align
         return None
 
+    def fits(self, sizes: list[int], align: int = 4) -> bool:
+        """Whether tiles of `sizes` bytes per partition, allocated now in order, would all fit
+        (a kernel sizes its buffers to what is contiguous, not only to what is free)."""
+        saved = dict(self.live), self.cursor, self.peak
+        try:
+            for i, nbytes in enumerate(sizes):
+                self.allocate(nbytes, f"probe{i}", align)
+            return True
+        except LimitExceededError:
+            return False
+        finally:
+            self.live, self.cursor, self.peak = saved
+
     def _largest_gap(self) -> int:
         edges = sorted((o, o + s) for o, (s, _) in self.live.items())
         gaps, end = [], 0
