@@ -87,21 +87,25 @@ def _functional_vs_eager(model, inputs, compiled) -> dict:
     """The issue's budget: a functional run of the compiled model within 5x eager PyTorch."""
     import torch
 
+    def best_of(call, runs: int = 3) -> float:  # the least disturbed run on a shared machine
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
     with torch.no_grad():
         model(*inputs)  # warm-up
-        start = time.perf_counter()
-        model(*inputs)
-        eager_s = time.perf_counter() - start
+        eager_s = best_of(lambda: model(*inputs))
     start = time.perf_counter()
     compiled(*inputs)  # the first call also lays weights out in HBM (cast, transposed) once
     first_s = time.perf_counter() - start
-    start = time.perf_counter()
-    compiled(*inputs)
-    functional_s = time.perf_counter() - start
+    functional_s = best_of(lambda: compiled(*inputs))
     return {"eager_pytorch_s": round(eager_s, 3), "functional_first_call_s": round(first_s, 3),
             "functional_run_s": round(functional_s, 3),
             "functional_over_eager": round(functional_s / eager_s, 2),
-            "functional_budget_ratio": 5.0}
+            "functional_budget_ratio": 5.0, "method": "best of 3 runs each, after the first"}
 
 
 def measure(name: str) -> dict:
