@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trnsim.compiler.lowering.onchip import live_ranges
 from trnsim.isa import AccessPattern, Memory, Program, TensorDecl
 from trnsim.numerics import dtype as as_dtype
 
@@ -30,15 +31,10 @@ def reuse_internal_hbm(program: Program) -> dict[str, str]:
     """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot."""
     if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
         return {}
-    internal = {name for name, t in program.tensors.items()
-                if t.kind == "internal" and not t.on_chip}  # on-chip tensors take no HBM
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for index, ins in enumerate(program.instructions):
-        for ap in _hbm_operands(ins):
-            if ap.tensor in internal:
-                first.setdefault(ap.tensor, index)
-                last[ap.tensor] = index
+    ranges = {name: span for name, span in live_ranges(program).items()
+              if not program.tensors[name].on_chip}  # on-chip tensors take no HBM
+    first = {name: span[0] for name, span in ranges.items()}
+    last = {name: span[1] for name, span in ranges.items()}
     slots: list[int] = []  # bytes per slot
     free: list[tuple[int, int]] = []  # (freed at instruction, slot)
     ending: list[tuple[int, int]] = []  # (last use, slot) of live tensors
@@ -71,18 +67,6 @@ def reuse_internal_hbm(program: Program) -> dict[str, str]:
         program.tensors[name] = TensorDecl(name, (nbytes,), as_dtype("uint8"), "internal")
     program.instructions[:] = [_retarget(ins, rename) for ins in program.instructions]
     return rename
-
-
-def _hbm_operands(ins):
-    for f in dataclasses.fields(ins):
-        value = getattr(ins, f.name)
-        if isinstance(value, AccessPattern):
-            if value.memory is Memory.HBM:
-                yield value
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
-                    yield item
 
 
 def _retarget(ins, rename: dict[str, str]):
