@@ -157,17 +157,29 @@ def alu_op(op) -> AluOp:
 
 # --- activation functions (ScalarE) ---------------------------------------------------------------
 
+# Numerical Recipes' Chebyshev fit of erfc: exp(-z^2 + sum c_i t^i) t, t = 1 / (1 + |z| / 2)
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+                -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+
+
 def _erfc64(z: Array) -> Array:
-    """erfc for float64 input with fractional error < 1.2e-7 everywhere (Numerical Recipes'
-    Chebyshev fit), so tails such as 1 + erf(-4) keep their relative accuracy."""
+    """erfc for float64 input with fractional error < 1.2e-7 everywhere, so tails such as
+    1 + erf(-4) keep their relative accuracy. Horner's rule in place (GELU runs it on whole
+    activation tiles; the same operations in the same order as the plain formula)."""
     az = np.abs(z)
-    t = 1.0 / (1.0 + 0.5 * az)
-    poly = (-1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277)))))))))
+    t = 0.5 * az
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * _ERFC_COEFFS[-1]
+    for c in _ERFC_COEFFS[-2:0:-1]:
+        poly += c
+        poly *= t
+    poly += _ERFC_COEFFS[0]
+    poly -= np.square(az)
     with np.errstate(over="ignore", under="ignore"):
-        tail = t * np.exp(-az * az + poly)
-    return np.where(z >= 0, tail, 2.0 - tail)
+        np.exp(poly, out=poly)
+    poly *= t
+    return np.where(z >= 0, poly, 2.0 - poly)
 
 
 def _erf(x: Array) -> Array:
