@@ -153,3 +153,15 @@ def test_inferentia_has_no_collectives_for_tensor_parallel(zoo, shard_everything
     m = zoo.get("mlp")
     with pytest.raises(UnsupportedError, match=r"tensor parallel over 2 cores of inf1\.xlarge"):
         trnsim.trace(m.model, m.example, instance="inf1.xlarge", tensor_parallel=2)
+
+
+@pytest.mark.parametrize("instance, degree", [("trn2.48xlarge", 8), ("trn1.32xlarge", 4)])
+def test_ranks_spanning_chips_and_logical_cores(zoo, shard_everything, instance, degree):
+    """8 logical NeuronCores of trn2 (LNC=2) span two chips; 4 ranks of trn1 span two chips:
+    the all-reduces cross NeuronLink and the results still match."""
+    import trnsim
+
+    m = zoo.get("bert")
+    compiled = trnsim.trace(m.model, m.example, instance=instance, tensor_parallel=degree)
+    _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
+    assert len(compiled.rank_timings()) == degree
