@@ -61,7 +61,8 @@ class CompiledModel:
 
     @property
     def program(self) -> Program:
-        """The instruction program (lowered now if this model came from the compile cache)."""
+        """The instruction program (lowered now if this model came from the compile cache); of
+        a tensor-parallel model, rank 0's; of a pipelined one, its first stage's."""
         if not isinstance(self.program_source, Program):
             self.program_source = self.program_source()
         return self.program_source
