@@ -61,3 +61,11 @@ def test_invalid_keyword_values_and_unknown_options_are_errors():
         CompileOptions(cores=0)
     with pytest.raises(InvalidArgumentError, match="unknown compile option"):
         options_from_env({}, autocast="none")
+
+
+def test_pipeline_cores_must_be_a_positive_count():
+    assert parse_cc_flags("--neuroncore-pipeline-cores=4")["pipeline_cores"] == 4
+    with pytest.raises(InvalidArgumentError, match="--neuroncore-pipeline-cores '0'"):
+        parse_cc_flags("--neuroncore-pipeline-cores 0")
+    with pytest.raises(InvalidArgumentError, match="pipeline_cores=-2"):
+        CompileOptions(pipeline_cores=-2)

@@ -79,9 +79,14 @@ class Activation(Instruction):
             state.write(self.reduce_dst, values.reshape(self.reduce_dst.shape))
 
     def cost(self, core) -> Cost:
-        extra = core.costs.min_ii_cycles if self.reduce_dst is not None else 0
-        return streaming_cost(core, self.engine, self.src.free_size, extra_cycles=extra,
-                              strided=is_strided(core, self.src, self.dst))
+        return activation_cost(self, core)
+
+
+def activation_cost(ins, core) -> Cost:
+    """ScalarE streams src once; an accumulated reduction adds one issue interval."""
+    extra = core.costs.min_ii_cycles if ins.reduce_dst is not None else 0
+    return streaming_cost(core, ins.engine, ins.src.free_size, extra_cycles=extra,
+                          strided=is_strided(core, ins.src, ins.dst))
 
 
 _ACTIVATE2_PAIRS = (("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"),
@@ -163,6 +168,4 @@ class Activate2(Instruction):
             state.write(self.reduce_dst, values.reshape(self.reduce_dst.shape))
 
     def cost(self, core) -> Cost:
-        extra = core.costs.min_ii_cycles if self.reduce_dst is not None else 0
-        return streaming_cost(core, self.engine, self.src.free_size, extra_cycles=extra,
-                              strided=is_strided(core, self.src, self.dst))
+        return activation_cost(self, core)

@@ -140,12 +140,7 @@ class Kernel:
         return _restructure(traced.output_structure, values)
 
     def _bind(self, args, kwargs) -> inspect.BoundArguments:
-        try:
-            bound = inspect.signature(self.fn).bind(*args, **kwargs)
-        except TypeError as error:
-            raise InvalidArgumentError(f"kernel {self.fn.__name__}: {error}") from None
-        bound.apply_defaults()
-        return bound
+        return bind_arguments(self.fn, args, kwargs)
 
     # --- tracing ------------------------------------------------------------------------------
     def trace(self, bound: inspect.BoundArguments, core) -> Traced:
@@ -412,3 +407,13 @@ baremetal = _decorator(_Baremetal)
 
 def kernel_error_context(error: TrnsimError) -> TrnsimError:
     return error
+
+
+def bind_arguments(fn: Callable, args, kwargs) -> inspect.BoundArguments:
+    """A kernel's arguments bound to its parameters, defaults applied (a mismatch names it)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as error:
+        raise InvalidArgumentError(f"kernel {fn.__name__}: {error}") from None
+    bound.apply_defaults()
+    return bound

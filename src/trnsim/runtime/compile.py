@@ -126,11 +126,8 @@ def _trace_pipelined(graph, options, spec, timings: dict) -> CompiledModel:
         calls += lowered.kernels
         cache_hits.append(cached)
     timings["passes_and_lowering_s"] = time.perf_counter() - start
-    inputs = [InputSpec(n.name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
-              for n in front.inputs]
-    out_dtypes = front.meta.get("output_torch_dtypes") or [None] * len(front.outputs)
-    outputs = [OutputSpec(n.name, n.shape, n.dtype.name, td)
-               for n, td in zip(front.outputs, out_dtypes, strict=True)]
+    inputs, outputs = _specs(front, [n.name for n in front.inputs],
+                             [n.name for n in front.outputs])  # stages hand values over by name
     compiled = CompiledModel(name=graph.name, program_source=compiled_stages[0].program_source,
                              inputs=inputs, outputs=outputs, instance=spec.name,
                              options=options.key(), input_structure=front.input_structure,
@@ -156,12 +153,18 @@ def _check_fabric(spec, ranks: int, lnc: int | None) -> None:
             from None
 
 
-def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
+def _specs(graph, input_names: list[str], output_names: list[str]):
+    """The model's input and output specs, named as the program (or the stages) call them."""
     inputs = [InputSpec(name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
-              for name, n in zip(lowered.inputs, graph.inputs, strict=True)]
+              for name, n in zip(input_names, graph.inputs, strict=True)]
     out_dtypes = graph.meta.get("output_torch_dtypes") or [None] * len(graph.outputs)
     outputs = [OutputSpec(name, n.shape, n.dtype.name, td)
-               for name, n, td in zip(lowered.outputs, graph.outputs, out_dtypes, strict=True)]
+               for name, n, td in zip(output_names, graph.outputs, out_dtypes, strict=True)]
+    return inputs, outputs
+
+
+def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
+    inputs, outputs = _specs(graph, lowered.inputs, lowered.outputs)
     return CompiledModel(name=graph.name, program_source=lowered.program, inputs=inputs, outputs=outputs,
                          instance=spec.name, options=options.key(),
                          input_structure=graph.input_structure,

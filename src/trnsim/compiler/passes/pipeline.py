@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, KERNEL_LEVEL_VIEWS
 from trnsim.compiler.ir import Graph, Node
 from trnsim.errors import InvalidArgumentError
 
-LEAVES = ("constant", "scalar", "full", "arange")
-VIEWS = ("reshape", "permute", "expand", "slice")
+LEAVES = tuple(op for op in KERNEL_LEVEL_LEAVES if op != "input")  # copied into each stage
+VIEWS = KERNEL_LEVEL_VIEWS
 
 
 @dataclass

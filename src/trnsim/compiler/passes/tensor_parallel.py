@@ -24,7 +24,7 @@ are replicated. Collectives are timed and computed by the collectives fabric at 
 from __future__ import annotations
 
 from trnsim.compiler.errors import IRError
-from trnsim.compiler.fused import Step
+from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, Step
 from trnsim.compiler.ir import Graph, Node, Rewriter
 
 # A matmul weight smaller than this is not split when its input is replicated: the all-gather
@@ -32,7 +32,7 @@ from trnsim.compiler.ir import Graph, Node, Rewriter
 # A compiler heuristic (neuronx-distributed leaves the choice to the model author).
 MIN_SHARD_BYTES = 1 << 20
 
-LEAVES = ("input", "constant", "scalar", "full", "arange")
+LEAVES = KERNEL_LEVEL_LEAVES
 
 Axis = int | None  # None: replicated; an int: sharded along that axis of the value
 

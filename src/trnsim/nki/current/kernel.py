@@ -34,6 +34,7 @@ from trnsim.nki.jit import (
     _signature,
     _to_numpy,
     _to_torch,
+    bind_arguments,
     tile_arguments,
 )
 from trnsim.nki.tile import Tile
@@ -116,12 +117,7 @@ class Kernel:
         return outputs[0] if world.ranks == 1 else outputs
 
     def _bind(self, args, kwargs) -> inspect.BoundArguments:
-        try:
-            bound = inspect.signature(self.fn).bind(*args, **kwargs)
-        except TypeError as error:
-            raise InvalidArgumentError(f"kernel {self.fn.__name__}: {error}") from None
-        bound.apply_defaults()
-        return bound
+        return bind_arguments(self.fn, args, kwargs)
 
     # --- tracing ------------------------------------------------------------------------------
     def _trace(self, arguments: dict, core, lnc: int, rank: int, ranks: int) -> Traced:
