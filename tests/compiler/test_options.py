@@ -13,6 +13,31 @@ def test_defaults_are_neuronx_cc_defaults():
     assert o.cast_dtype == "bfloat16"
 
 
+def test_inf1_defaults_to_neuron_cc_casting_every_fp32_operator():
+    assert options_from_env({}, instance="inf1.xlarge").auto_cast == "all"
+    assert options_from_env({}, instance="inf1.6xlarge", auto_cast="matmult").auto_cast == "matmult"
+    assert options_from_env({}, instance="trn1.2xlarge").auto_cast == "matmult"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("--fast-math all", {"auto_cast": "all", "auto_cast_type": "bf16"}),
+    ("--fast-math none", {"auto_cast": "none", "auto_cast_type": "bf16"}),
+    ("--fast-math fp32-cast-matmult no-fast-relayout -O1",
+     {"auto_cast": "matmult", "auto_cast_type": "bf16", "optlevel": 1}),
+    ("--fast-math=fp32-cast-all-fp16", {"auto_cast": "all", "auto_cast_type": "fp16"}),
+    ("--fp32-cast matmult-fp16 --fast-math all", {"auto_cast": "matmult", "auto_cast_type": "fp16"}),
+])
+def test_neuron_cc_casting_flags(text, expected):
+    fields = parse_cc_flags(text)
+    assert {k: v for k, v in fields.items() if k != "ignored_flags"} == expected
+    assert all("relayout" in f for f in fields["ignored_flags"])
+
+
+def test_neuron_cc_flags_reach_an_inf1_compile():
+    o = options_from_env({"NEURON_CC_FLAGS": "--fast-math fp32-cast-matmult"}, instance="inf1.xlarge")
+    assert (o.auto_cast, o.auto_cast_type) == ("matmult", "bf16")
+
+
 @pytest.mark.parametrize("text,expected", [
     ("--auto-cast none", {"auto_cast": "none"}),
     ("--auto-cast=all --auto-cast-type=fp16", {"auto_cast": "all", "auto_cast_type": "fp16"}),
@@ -42,6 +67,9 @@ def test_flags_trnsim_does_not_model_are_kept_as_ignored():
     ("--optlevel fast", "optimisation level"),
     ("--auto-cast", "needs a value"),
     ("--auto-cast 'unbalanced", "NEURON_CC_FLAGS"),
+    ("--fast-math", "--fast-math needs a value"),
+    ("--fast-math quick", "--fast-math 'quick': expected one of all, none"),
+    ("--fp32-cast some", "--fp32-cast 'some': expected one of all, matmult"),
 ])
 def test_bad_values_are_errors_that_name_the_flag(text, message):
     with pytest.raises(InvalidArgumentError, match=message):

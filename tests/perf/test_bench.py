@@ -29,7 +29,7 @@ def tiny_zoo(monkeypatch, tmp_path):
 
 def _result(model, batch, instance, latency, throughput, cost):
     return bench.BenchResult(model=model, batch=batch, seq=128, instance=instance,
-                             latency_ms=latency, loaded_latency_ms=latency,
+                             auto_cast="matmult", latency_ms=latency, loaded_latency_ms=latency,
                              throughput_per_s=throughput, cost_per_inference_usd=cost, copies=1,
                              bound={})
 
@@ -98,6 +98,8 @@ def test_cli_json_and_csv(tiny_zoo, capsys):
                    "--batch", "1", "--json").out
     data = json.loads(out)
     by = {r["instance"]: r for r in data["results"]}
+    # each instance compiles as its own compiler does by default (neuron-cc casts everything)
+    assert data["auto_cast"] == {"inf1.xlarge": "all", "inf2.xlarge": "matmult"}
     assert data["rows"][0]["speedup"] == pytest.approx(
         by["inf1.xlarge"]["latency_ms"] / by["inf2.xlarge"]["latency_ms"])
     csv_out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "inf2.xlarge", "--batch",
@@ -109,7 +111,7 @@ def test_cli_json_and_csv(tiny_zoo, capsys):
 def test_cli_table_and_bad_input(tiny_zoo, capsys):
     out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "trn1.2xlarge", "--batch",
                    "1").out
-    assert TINY in out and "trn1.2xlarge ms" in out
+    assert TINY in out and "trn1.2xlarge ms" in out and "trn1.2xlarge matmult" in out
     with pytest.raises(SystemExit) as stop:
         main(["bench", "--models", "no-such-model"])
     assert stop.value.code == 2

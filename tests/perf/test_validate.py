@@ -85,6 +85,48 @@ def test_collective_and_kernel_rows_are_predicted(tmp_path):
     assert v.mape(list(results.values()), "kernel") == pytest.approx(abs(mm.error_pct))
 
 
+USER_KERNEL = """
+from neuronxcc import nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def add_tiles(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[i * 128:(i + 1) * 128, :])
+        y = nl.load(b[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(x, y))
+    return out
+"""
+
+
+def test_kernel_rows_name_a_users_kernel_file_or_module(tmp_path):
+    (tmp_path / "my_kernels.py").write_text(USER_KERNEL)
+    path = write_csv(tmp_path / "k.csv", [
+        row("file", "kernel", "my_kernels.py::add_tiles 512x2048,512x2048", "trn1.2xlarge",
+            "0.01", "ms", dtype="bf16"),
+        row("bigger", "kernel", "my_kernels.py::add_tiles 2048x2048,2048x2048", "trn1.2xlarge",
+            "0.01", "ms", dtype="fp32"),
+        row("module", "kernel", "trnsim.kernels.tutorials::matmul_optimized 1024x2048,1024x1024",
+            "trn1.32xlarge", "0.1", "ms", dtype="bf16"),
+        row("library", "kernel", "tiled matmul, fully optimized NKI tutorial kernel "
+            "([2048,1024] @ [1024,1024])", "trn1.32xlarge", "0.1", "ms", dtype="bf16"),
+        row("no-shapes", "kernel", "my_kernels.py::add_tiles", "trn1.2xlarge", "1", "ms"),
+        row("no-file", "kernel", "missing.py::k 128x128", "trn1.2xlarge", "1", "ms"),
+        row("no-kernel", "kernel", "my_kernels.py::mul_tiles 128x128", "trn1.2xlarge", "1", "ms"),
+    ])
+    results = {r.id: r for r in v.validate(path)}
+    assert results["file"].status == "ok" and results["file"].predicted > 0
+    # 16x the bytes (4x rows, fp32 not bf16) of a DMA-bound kernel takes longer
+    assert results["bigger"].predicted > 4 * results["file"].predicted
+    # the library's kernel named by module and by description is the same kernel
+    assert results["module"].predicted == pytest.approx(results["library"].predicted)
+    assert "input shapes" in results["no-shapes"].reason
+    assert "missing.py" in results["no-file"].reason
+    assert "mul_tiles" in results["no-kernel"].reason
+
+
 def test_model_row_runs_through_the_compiler(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     from trnsim.perf import zoo

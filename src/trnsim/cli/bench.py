@@ -47,6 +47,11 @@ def _ints(text: str | None, default) -> tuple[int, ...]:
         raise InvalidArgumentError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _casts(results) -> dict[str, str]:
+    """The auto-cast mode each instance compiled with."""
+    return {r.instance: r.auto_cast for r in results}
+
+
 def _ms(value, published=None, error=None) -> str:
     if value is None:
         return "-"
@@ -98,8 +103,11 @@ def results_csv(results) -> str:
 
 @app.command("bench", help="Reproduce the Inferentia2-vs-Inferentia1 table (BERT-large, "
                            "ELECTRA-large) with trnsim's predictions.\n\n"
-                           "Each model is compiled for its batch on one NeuronCore, fp32 with "
-                           "matmuls auto-cast to bf16 (neuronx-cc's default). Throughput runs one "
+                           "Each model is compiled for its batch on one NeuronCore, an fp32 model "
+                           "cast as each instance's compiler does by default, as the published "
+                           "runs were: neuronx-cc (inf2, trn) casts the matmuls to bf16 "
+                           "(--auto-cast matmult), neuron-cc (inf1) every fp32 operator "
+                           "(--fast-math all). Throughput runs one "
                            "copy per NeuronCore; cost per inference = on-demand $/hour / 3600 / "
                            "throughput. Published latencies come from the calibration set.\n\n"
                            + _inf1_assumptions())
@@ -108,7 +116,9 @@ def bench_command(
     instances: str = typer.Option(None, "--instances", help="Comma-separated catalog instances."),
     batch: str = typer.Option(None, "--batch", help="Comma-separated batch sizes (default 1,10)."),
     seq: int = typer.Option(None, "--seq", help="Sequence length (default per model: 128 / 256)."),
-    auto_cast: str = typer.Option("matmult", "--auto-cast", help="none | matmult | all (bf16)"),
+    auto_cast: str = typer.Option(None, "--auto-cast",
+                                  help="none | matmult | all (bf16); default: each instance's "
+                                       "compiler's default (inf1: all, others: matmult)"),
     as_json: bool = typer.Option(False, "--json"),
     as_csv: bool = typer.Option(False, "--csv"),
     plot: str = typer.Option(None, "--plot", help="Write a grouped bar chart PNG here."),
@@ -150,7 +160,7 @@ def bench_command(
     if as_json:
         rows = [{k: row[k] for k in ("model", "batch", "seq", "speedup")}
                 for row in bench.comparison_rows(results, instance_list)]
-        typer.echo(json.dumps({"auto_cast": auto_cast, "auto_cast_type": "bf16",
+        typer.echo(json.dumps({"auto_cast": _casts(results), "auto_cast_type": "bf16",
                                "results": [r.to_dict() for r in results],
                                "speedup_of": [instance_list[-1], instance_list[0]],
                                "rows": rows}, indent=2))
@@ -160,8 +170,10 @@ def bench_command(
         return
     out = console()
     out.print(bench_table(results, instance_list))
-    out.print(f"auto-cast: {auto_cast} (bf16), as torch-neuronx compiles by default; published "
-              "values from trnsim's calibration set (measurements.csv).", highlight=False)
+    how = "as asked" if auto_cast else "each compiler's default, as the published runs used"
+    casts = ", ".join(f"{i} {c}" for i, c in _casts(results).items())
+    out.print(f"auto-cast to bf16: {casts} ({how}); published values from trnsim's calibration "
+              "set (measurements.csv).", highlight=False)
     if check_numerics:
         for r in results:
             out.print(f"{r.model} b{r.batch} {r.instance}: {r.numerics}", highlight=False)

@@ -1,8 +1,10 @@
 """Compile options and the neuronx-cc flags trnsim honours (``NEURON_CC_FLAGS``).
 
 trnsim.trace's keyword arguments and the flags a torch-neuronx user already sets mean the same
-thing here. Precedence: explicit keyword arguments > NEURON_CC_FLAGS > neuronx-cc's defaults
-(``--auto-cast matmult --auto-cast-type bf16 -O2``). Flags trnsim does not model are listed in
+thing here. Precedence: explicit keyword arguments > NEURON_CC_FLAGS > the compiler's defaults:
+neuronx-cc's ``--auto-cast matmult --auto-cast-type bf16 -O2`` on Trainium and Inferentia2, and
+neuron-cc's ``--fast-math all`` (every fp32 operator cast to bf16) on Inferentia (inf1), whose
+``--fast-math`` / ``--fp32-cast`` values are read too. Flags trnsim does not model are listed in
 `CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
 of a flag trnsim does model is an error.
 """
@@ -36,7 +38,7 @@ class CompileOptions:
 
     instance: str = "inf2.xlarge"
     cores: int = 1
-    auto_cast: str = "matmult"
+    auto_cast: str | None = None  # None: the instance's compiler's default (`default_auto_cast`)
     auto_cast_type: str = "bf16"
     optlevel: int = 2
     lnc: int | None = None
@@ -49,6 +51,8 @@ class CompileOptions:
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        if self.auto_cast is None:
+            object.__setattr__(self, "auto_cast", default_auto_cast(self.instance))
         if self.auto_cast not in AUTO_CAST_MODES:
             raise InvalidArgumentError(f"auto_cast={self.auto_cast!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_MODES)}")
@@ -82,12 +86,40 @@ class CompileOptions:
                 "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
 
 
+def default_auto_cast(instance: str) -> str:
+    """What the instance's compiler casts when not told: torch-neuron's neuron-cc (Inferentia,
+    NeuronCore-v1) defaults to ``--fast-math all``, "cast all FP32 operators to BF16"
+    (compiler/neuron-cc/command-line-reference); neuronx-cc as torch-neuronx runs it casts
+    the matmuls (``--auto-cast matmult``)."""
+    from trnsim.hardware import instance as lookup
+
+    try:
+        version = lookup(instance).chip.core.version
+    except Exception:  # an unknown instance is reported where it is looked up, not here
+        return "matmult"
+    return "all" if version == 1 else "matmult"
+
+
+# neuron-cc's casting values (--fast-math takes several, e.g. "fp32-cast-matmult no-fast-relayout";
+# --fp32-cast one) as (auto_cast, auto_cast_type); None: a transpose choice trnsim does not model
+_NEURON_CC_CASTS: dict[str, tuple[str, str] | None] = {
+    "all": ("all", "bf16"), "none": ("none", "bf16"),
+    "fp32-cast-all": ("all", "bf16"), "fp32-cast-all-fp16": ("all", "fp16"),
+    "fp32-cast-matmult": ("matmult", "bf16"), "fp32-cast-matmult-bf16": ("matmult", "bf16"),
+    "fp32-cast-matmult-fp16": ("matmult", "fp16"), "fast-relayout": None,
+    "no-fast-relayout": None}
+_FP32_CAST = {"all": ("all", "bf16"), "matmult": ("matmult", "bf16"),
+              "matmult-bf16": ("matmult", "bf16"), "matmult-fp16": ("matmult", "fp16"),
+              "all-fp16": ("all", "fp16")}
+
+
 def parse_cc_flags(text: str) -> dict[str, Any]:
     """Parse a NEURON_CC_FLAGS string into CompileOptions fields (only the flags trnsim models).
 
     Accepts ``--auto-cast X`` and ``--auto-cast=X``, ``--auto-cast-type X``, ``-O1``/``-O 2``/
     ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``,
-    ``--neuroncore-pipeline-cores N`` (neuron-cc, Inferentia). Returns
+    and neuron-cc's (Inferentia) ``--neuroncore-pipeline-cores N``, ``--fast-math V [V...]`` and
+    ``--fp32-cast V`` (--fp32-cast wins over --fast-math, as in neuron-cc). Returns
     the recognised fields plus ``ignored_flags`` (a tuple of the flags that have no effect here).
     """
     try:
@@ -96,6 +128,7 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
         raise InvalidArgumentError(f"{FLAGS_ENV}={text!r}: {exc}") from None
     fields: dict[str, Any] = {}
     ignored: list[str] = []
+    fast_math: dict[str, str] = {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -103,6 +136,14 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
         if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3
             fields["optlevel"] = _optlevel(flag[2:], token)
             i += 1
+            continue
+        if flag == "--fast-math":
+            values = [inline] if eq else []
+            while not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                values.append(tokens[i + 1])
+                i += 1
+            i += 1
+            fast_math = _fast_math(values, ignored)
             continue
         name = _CANONICAL.get(flag)
         if name is None:
@@ -131,13 +172,32 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
             fields[name] = _int_choice(value, (1, 2), flag)
         elif name == "pipeline_cores":
             fields[name] = _positive(value, flag)
+        elif name == "fp32_cast":
+            fields["auto_cast"], fields["auto_cast_type"] = _FP32_CAST[
+                _choice(value, tuple(_FP32_CAST), flag)]
+    for key, value in fast_math.items():
+        fields.setdefault(key, value)
     fields["ignored_flags"] = tuple(ignored)
     return fields
 
 
+def _fast_math(values: list[str], ignored: list[str]) -> dict[str, str]:
+    if not values:
+        raise InvalidArgumentError(f"{FLAGS_ENV}: --fast-math needs a value")
+    out: dict[str, str] = {}
+    for value in values:
+        cast = _NEURON_CC_CASTS[_choice(value, tuple(_NEURON_CC_CASTS), "--fast-math")]
+        if cast is None:
+            ignored.append(f"--fast-math {value}")
+        else:
+            out["auto_cast"], out["auto_cast_type"] = cast
+    return out
+
+
 _CANONICAL = {"--auto-cast": "auto_cast", "--auto-cast-type": "auto_cast_type",
               "-O": "optlevel", "--optlevel": "optlevel", "-lnc": "lnc", "--lnc": "lnc",
-              "--logical-nc-config": "lnc", "--neuroncore-pipeline-cores": "pipeline_cores"}
+              "--logical-nc-config": "lnc", "--neuroncore-pipeline-cores": "pipeline_cores",
+              "--fp32-cast": "fp32_cast"}
 
 
 def _choice(value: str, allowed: tuple[str, ...], flag: str) -> str:

@@ -1,8 +1,9 @@
 """`trnsim bench`: the Inferentia2-vs-Inferentia1 table, predicted, beside the published values.
 
 Each case compiles a model (built from its configuration by `trnsim.perf.zoo`) for its batch and
-sequence length on one NeuronCore of the instance, with neuronx-cc's default auto-cast (fp32
-model, matmuls cast to bf16: what torch-neuronx does unless told otherwise), and reports latency,
+sequence length on one NeuronCore of the instance, cast as that instance's compiler does by
+default, as the published runs were (fp32 model; neuronx-cc casts the matmuls to bf16, neuron-cc
+on inf1 every fp32 operator: `trnsim.compiler.options.default_auto_cast`), and reports latency,
 throughput with one copy per NeuronCore, and cost per inference.
 
 Timing does not depend on weight values, so timing-only cases build models without initialising
@@ -30,6 +31,7 @@ class BenchResult:
     batch: int
     seq: int
     instance: str
+    auto_cast: str  # what the compile used (the instance compiler's default unless asked)
     latency_ms: float
     loaded_latency_ms: float
     throughput_per_s: float
@@ -84,7 +86,7 @@ def build_model(name: str, *, initialise: bool):
         return entry.build()
 
 
-def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str = "matmult",
+def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached)."""
@@ -100,6 +102,7 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
                      auto_cast_type=auto_cast_type)
     report = compiled.report()
     result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
+                         auto_cast=compiled.options["auto_cast"],
                          latency_ms=report.latency_ms, loaded_latency_ms=report.loaded_latency_ms,
                          throughput_per_s=report.throughput_per_s,
                          cost_per_inference_usd=report.cost_per_inference_usd,
@@ -132,13 +135,13 @@ def _numerics(compiled, model, inputs) -> dict:
 
 
 def model_latency_ms(name: str, instance: str, batch: int, seq: int | None,
-                     auto_cast: str = "matmult", auto_cast_type: str = "bf16") -> float:
+                     auto_cast: str | None = None, auto_cast_type: str = "bf16") -> float:
     return run_case(name, batch, seq, instance, auto_cast=auto_cast,
                     auto_cast_type=auto_cast_type).latency_ms
 
 
 def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAULT_BATCHES,
-               seqs: dict[str, int] | int | None = None, *, auto_cast: str = "matmult",
+               seqs: dict[str, int] | int | None = None, *, auto_cast: str | None = None,
                auto_cast_type: str = "bf16", check_numerics: bool = False,
                progress: Callable[[str], None] | None = None) -> list[BenchResult]:
     results = []

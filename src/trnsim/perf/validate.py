@@ -2,8 +2,16 @@
 
 Rows use the columns of shared/calibration/measurements.csv (the calibration set ships with the
 package as the default). Model rows run through the compiler (models built from their configs by
-`trnsim.perf.zoo`), kernel rows through trnsim's kernel library, collective rows through the
-collectives layer. Rows trnsim cannot interpret are reported with the reason, never fatal.
+`trnsim.perf.zoo`), kernel rows through trnsim's kernel library or a user's kernel, collective
+rows through the collectives layer. Rows trnsim cannot interpret are reported with the reason,
+never fatal.
+
+A kernel row names a user's kernel as ``FILE.py::KERNEL SHAPES`` (or ``package.module::KERNEL
+SHAPES``), the way `trnsim kernel run` does: SHAPES are the inputs in argument order, e.g.
+``4096x8192,8192x8192``, with the row's dtype as their default dtype; a relative FILE.py is found
+next to the CSV first. The predicted value is the kernel's simulated device time on one
+NeuronCore of the row's instance. Otherwise the name must describe a kernel of trnsim's library
+(`trnsim.kernels.tutorials.predict_named_kernel`).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from trnsim.errors import TrnsimError
 COLUMNS = ("id", "kind", "name", "instance", "cores", "dtype", "batch", "seq", "metric", "value",
            "unit", "source", "notes")
 _UNITS_TO_MS = {"ms": 1.0, "us": 1e-3, "s": 1e3}
+_CSV_DIR = "_csv_dir"
 
 
 @dataclass
@@ -62,8 +71,12 @@ def _size_bytes(text: str) -> int | None:
     return int(float(match.group(1)) * scale[match.group(2)])
 
 
-def _auto_cast(dtype_text: str) -> tuple[str, str]:
+def _auto_cast(dtype_text: str) -> tuple[str | None, str]:
+    """(auto_cast, type) from a row's dtype text; None when the row names none: the
+    instance's compiler compiled with its defaults (`trnsim.compiler.options.default_auto_cast`)."""
     text = (dtype_text or "").lower()
+    if not text:
+        return None, "bf16"
     if "fp32" in text and "auto-cast" not in text and "bf16" not in text:
         return "none", "bf16"
     for name, key in (("fp16", "fp16"), ("fp8", "fp8_e4m3"), ("tf32", "tf32")):
@@ -82,9 +95,33 @@ def predict_model(row: dict) -> float:
 
 
 def predict_kernel(row: dict) -> float:
+    """Latency in ms of a kernel row (see the module docstring for how rows name kernels)."""
+    if "::" in row["name"]:
+        return predict_user_kernel(row)
     from trnsim.kernels.tutorials import predict_named_kernel
 
     return predict_named_kernel(row["name"], row["instance"], row.get("dtype") or "bf16")
+
+
+_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "float8_e4m3"}
+
+
+def predict_user_kernel(row: dict) -> float:
+    from trnsim import hardware
+    from trnsim.nki import typing as nt
+    from trnsim.nki.files import load_kernel, parse_shapes
+
+    target, _, shapes = row["name"].strip().partition(" ")
+    if not shapes.strip():
+        raise TrnsimError(f"kernel row {row['name']!r}: give the input shapes after the kernel, "
+                          f"e.g. 'kernels.py::matmul 4096x8192,8192x8192'")
+    dtype = (row.get("dtype") or "bf16").strip().lower()
+    specs = parse_shapes(shapes.strip(), _DTYPE_NAMES.get(dtype, dtype))
+    kernel = load_kernel(target, row.get(_CSV_DIR))
+    core = hardware.instance(row["instance"]).chip.core
+    kernel.run(tuple(nt.tensor[list(shape), dt] for shape, dt in specs), {}, mode="timing",
+               target=core)
+    return kernel.last_run.latency_ns / 1e6
 
 
 def predict_collective(row: dict) -> float:
@@ -115,7 +152,9 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
              progress: Callable[[str], None] | None = None) -> list[RowResult]:
     """Predict every row (of `kinds`, with an id in `ids`, when given) of a measurements CSV."""
     results = []
-    for row in read_rows(path or default_csv()):
+    path = Path(path or default_csv())
+    for row in read_rows(path):
+        row[_CSV_DIR] = str(path.parent)  # where a row's relative kernel file is looked for
         if ids is not None and row.get("id") not in ids:
             continue
         result = _row_result(row)

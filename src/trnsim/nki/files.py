@@ -1,0 +1,89 @@
+"""A user's kernel named the way `trnsim kernel run` and `trnsim validate` name it.
+
+``FILE.py::KERNEL`` loads KERNEL from a Python file (its directory goes on ``sys.path`` so the
+file's own imports work, and ``neuronxcc.nki`` resolves to trnsim's); ``package.module::KERNEL``
+imports an installed module (e.g. ``trnsim.kernels.tutorials::matmul_optimized``). Shapes are
+written ``128x512,512x256:bfloat16``, in argument order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError
+
+
+def parse_shapes(text: str, default_dtype: str) -> list[tuple[tuple[int, ...], str]]:
+    """'128x512,128x512:bfloat16' -> [((128, 512), 'float32'), ((128, 512), 'bfloat16')]."""
+    specs = []
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        shape_text, _, dtype = part.partition(":")
+        try:
+            shape = tuple(int(s) for s in shape_text.lower().split("x"))
+        except ValueError:
+            raise InvalidArgumentError(f"bad shape {part!r}; write shapes like 128x512 or "
+                                       f"128x512:bfloat16") from None
+        specs.append((shape, dtype or default_dtype))
+    if not specs:
+        raise InvalidArgumentError("no input shapes given; write them like 128x512,128x512")
+    return specs
+
+
+def load_kernel(target: str, base_dir: str | Path | None = None):
+    """The `nki.jit` kernel `target` names; a relative FILE.py is looked for in `base_dir`
+    first (e.g. the directory of the CSV that names it), then in the working directory."""
+    from trnsim.nki import Kernel, compat, jit
+
+    where, sep, name = target.partition("::")
+    if not sep or not where or not name:
+        raise InvalidArgumentError(f"name the kernel as FILE.py::KERNEL or module::KERNEL; got "
+                                   f"{target!r}")
+    compat.install("neuronxcc")
+    if where.endswith(".py"):
+        path = _find(where, base_dir)
+        spec = importlib.util.spec_from_file_location(f"_trnsim_kernel_{abs(hash(path))}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as error:
+            raise InvalidArgumentError(f"kernel module {where!r} cannot be imported ({error}); "
+                                       f"a file must end in .py") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise InvalidArgumentError(f"{where} has no kernel named {name!r}")
+    return fn if isinstance(fn, Kernel) else jit(fn)
+
+
+def _find(path: str, base_dir: str | Path | None) -> str:
+    candidates = [Path(path)]
+    if base_dir is not None and not os.path.isabs(path):
+        candidates.insert(0, Path(base_dir) / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    raise InvalidArgumentError(f"kernel file {path!r} does not exist (looked in "
+                               f"{', '.join(str(c.parent.resolve()) for c in candidates)})")
+
+
+def random_inputs(specs, seed: int) -> list[np.ndarray]:
+    from trnsim.numerics import cast
+    from trnsim.numerics import dtype as as_dtype
+
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for shape, dtype in specs:
+        dt = as_dtype(dtype)
+        if dt.is_float:
+            arrays.append(cast(rng.standard_normal(shape).astype(np.float32), dt))
+        else:
+            arrays.append(rng.integers(0, 16, shape).astype(dt.np_dtype))
+    return arrays
