@@ -108,6 +108,17 @@ for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
 TRANSLATIONS["aten.round.default"] = lambda cx, x: cx.emit("round", [x])
 
 
+@aten("bitwise_not.default")
+def _bitwise_not(cx: Translator, x: Node) -> Node:
+    """~x: logical not of a mask; for integers, all bits flipped (-1 - x, or max - x unsigned)."""
+    if x.dtype.is_bool:
+        return cx.emit("logical_not", [x])
+    if not x.dtype.is_int:
+        raise UnsupportedError(f"bitwise_not of {x.dtype.name}")
+    top = -1 if x.dtype.min < 0 else x.dtype.max
+    return cx.emit("sub", [cx.emit("full", shape=(), value=top, dtype=x.dtype.name), x])
+
+
 @aten("gelu.default")
 def _gelu(cx: Translator, x: Node, approximate: str = "none") -> Node:
     return cx.emit("gelu", [x], approximate=approximate)
@@ -401,6 +412,80 @@ def _select(cx: Translator, x: Node, dim: int, index: int) -> Node:
     return cx.emit("reshape", [one], shape=cx.out_shape())
 
 
+@aten("slice_scatter.default")
+def _slice_scatter(cx: Translator, x: Node, src: Node, dim: int = 0, start: int | None = None,
+                   end: int | None = None, step: int = 1) -> Node:
+    """x with x[start:end] along dim replaced by src (what ``y[:, 1:] = z`` functionalises to):
+    the untouched parts of x and src, concatenated."""
+    axis = norm_axis(dim, x.rank)
+    size = x.shape[axis]
+    start, end, _ = slice(start, end, step).indices(size)
+    end = max(end, start)
+    if step != 1:
+        raise UnsupportedError(f"slice_scatter with step {step} (only step 1: y[a:b] = z)")
+    src = _like(cx, src, x.dtype, (*x.shape[:axis], end - start, *x.shape[axis + 1:]))
+    parts = ([_slice_node(cx, x, axis, 0, start, 1)] if start > 0 else []) + [src] + \
+        ([_slice_node(cx, x, axis, end, size, 1)] if end < size else [])
+    return parts[0] if len(parts) == 1 else cx.emit("concat", parts, axis=axis)
+
+
+@aten("select_scatter.default")
+def _select_scatter(cx: Translator, x: Node, src: Node, dim: int, index: int) -> Node:
+    """``y[:, i] = z``: src gets its axis back, then replaces one slice."""
+    axis = norm_axis(dim, x.rank)
+    index = index % x.shape[axis]
+    src = cx.emit("reshape", [src], shape=(*src.shape[:axis], 1, *src.shape[axis:]))
+    return _slice_scatter(cx, x, src, axis, index, index + 1)
+
+
+@aten("copy.default")
+def _copy(cx: Translator, x: Node, src: Node, non_blocking: bool = False) -> Node:
+    """Functional ``x.copy_(src)``: src in x's dtype and shape."""
+    return _like(cx, cx.tensor(src), x.dtype, x.shape)
+
+
+@aten("fill.Scalar", "fill.Tensor")
+def _fill(cx: Translator, x: Node, value: Any) -> Node:
+    return _like(cx, cx.tensor(value), x.dtype, x.shape)
+
+
+def _like(cx: Translator, v: Node, dtype: Any, shape: tuple[int, ...]) -> Node:
+    if v.dtype != dtype:
+        v = cx.emit("cast", [v], dtype=dtype.name)
+    if v.shape != shape:
+        if v.rank < len(shape):
+            v = cx.emit("reshape", [v], shape=(1,) * (len(shape) - v.rank) + v.shape)
+        v = cx.emit("expand", [v], shape=shape)
+    return v
+
+
+@aten("as_strided.default")
+def _as_strided(cx: Translator, x: Node, size: Sequence[int], stride: Sequence[int],
+                storage_offset: int | None = None) -> Node:
+    """Only the restrides decompositions emit that are reshapes of a contiguous tensor (e.g. a
+    pool's [N, C, 1, 1] result): the same elements in the same order."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    expected, step = [], 1
+    for s in reversed(size):
+        expected.append(step)
+        step *= s
+    moving = [(st, ex) for s, st, ex in zip(size, stride, reversed(expected), strict=True) if s != 1]
+    if (storage_offset or 0) != 0 or step != x.numel or any(st != ex for st, ex in moving):
+        raise UnsupportedError(f"as_strided(size={list(size)}, stride={list(stride)}, "
+                               f"storage_offset={storage_offset or 0}) of a {list(x.shape)} tensor "
+                               f"is not a reshape; only reshaping restrides are supported")
+    return x if size == x.shape else cx.emit("reshape", [x], shape=size)
+
+
+@aten("adaptive_avg_pool1d.default")
+def _adaptive_avg_pool1d(cx: Translator, x: Node, output_size: Any) -> Node:
+    """As a 2-D pool over [.., 1, L]."""
+    out = _pair(output_size)[-1]
+    y = cx.emit("reshape", [x], shape=(*x.shape[:-1], 1, x.shape[-1]))
+    y = cx.emit("adaptive_avg_pool2d", [y], output_size=(1, out))
+    return cx.emit("reshape", [y], shape=(*x.shape[:-1], out))
+
+
 @aten("cat.default")
 def _cat(cx: Translator, tensors: Sequence[Node], dim: int = 0) -> Node:
     parts = [t for t in tensors if t.numel > 0]
@@ -434,7 +519,8 @@ def _pad(cx: Translator, x: Node, pad: Sequence[int], value: float = 0.0) -> Nod
 # --- generators -----------------------------------------------------------------------------
 @aten("full.default", "zeros.default", "ones.default", "empty.memory_format",
       "full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default",
-      "scalar_tensor.default", "new_ones.default", "new_zeros.default", "new_full.default")
+      "scalar_tensor.default", "new_ones.default", "new_zeros.default", "new_full.default",
+      "empty_permuted.default")
 def _full(cx: Translator, *args: Any, **kwargs: Any) -> Node:
     target = cx.current_target
     if "ones" in target:

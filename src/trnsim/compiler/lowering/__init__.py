@@ -124,9 +124,10 @@ class _Lowering:
             return out
         return self._strided(node)
 
-    def _logical_view(self, node: Node) -> Tile:
-        """The view applied to its input's tile (a reshape copies in row-major element order)."""
-        src = self.tile(node.inputs[0])
+    def _logical_view(self, node: Node, src: Tile | None = None) -> Tile:
+        """The view applied to its input's tile (a reshape copies in row-major element order,
+        so for a copy the source is returned as is)."""
+        src = self.tile(node.inputs[0]) if src is None else src
         a = node.attrs
         if node.op == "reshape":
             return src
@@ -146,16 +147,42 @@ class _Lowering:
 
     def _strided(self, node: Node) -> Tile:
         """The view as a strided access of its root buffer (node.attrs['access'])."""
-        root = node
+        root, chain = node, []
         while root.op in VIEWS and root.attrs.get("fold", "copy") != "copy":
+            chain.append(root)
             root = root.inputs[0]
         base = self.tile(root)
+        if not _is_whole(base):
+            # the root is itself a strided view (a constant-index gather, a kernel writing in its
+            # consumer's layout): the layout pass's access assumes a dense root, so the views are
+            # applied to the root's own pattern instead, or the root is made dense first
+            composed = self._compose(reversed(chain), base)
+            if composed is not None:
+                return composed
+            dense = self.trace.hbm_tensor(f"{root.name}_dense", root.shape or (1,), root.dtype,
+                                          kind="internal")
+            self._call(root, kernels.copy, dense, base)
+            self.env[id(root)] = base = dense
         offset, dims = node.attrs["access"]
         axes = tuple(Axis(int(size), 0, int(stride)) for stride, size in dims)
         if tuple(a.size for a in axes) != node.shape:
             axes = _reshape_axes(axes, node.shape)
         return Tile(self.trace, base._storage, axes, base.dtype_spec, 0, base._foffset + int(offset),
                     name=base.name)
+
+    def _compose(self, chain, tile: Tile) -> Tile | None:
+        """`chain`'s views (root side first) applied to `tile`; None if a reshape cannot be a
+        strided view of it."""
+        for view in chain:
+            if view.op == "reshape":
+                axes = _restride(tile._axes, view.shape)
+                if axes is None:
+                    return None
+                tile = Tile(self.trace, tile._storage, axes, tile.dtype_spec, tile._poffset,
+                            tile._foffset, name=tile.name)
+            else:
+                tile = self._logical_view(view, tile)
+        return tile
 
     # --- kernels ---------------------------------------------------------------------------
     def _result(self, node: Node) -> Tile:
@@ -455,6 +482,44 @@ def _is_whole(tile: Tile) -> bool:
             dense = False
         step *= axis.size
     return dense and tile._foffset == 0
+
+
+def _restride(axes: tuple[Axis, ...], shape: tuple[int, ...]) -> tuple[Axis, ...] | None:
+    """A strided HBM pattern read in another shape without copying (numpy's no-copy reshape:
+    each run of old dims that merges or splits must be contiguous within itself), or None."""
+    old = [(a.size, a.fstep) for a in axes if a.size != 1]
+    new = [n for n in shape]
+    out: list[int] = [0] * len(new)
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if j < len(new) and new[j] == 1:
+            j += 1
+            continue
+        if i >= len(old) or j >= len(new):
+            return None
+        oi, nj, po, pn = i, j, old[i][0], new[j]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn:
+                if i >= len(old):
+                    return None
+                po *= old[i][0]
+                i += 1
+            else:
+                while j < len(new) and new[j] == 1:
+                    j += 1
+                if j >= len(new):
+                    return None
+                pn *= new[j]
+                j += 1
+        for k in range(oi, i - 1):  # the merged old dims must be contiguous with each other
+            if old[k][1] != old[k + 1][1] * old[k + 1][0]:
+                return None
+        stride = old[i - 1][1]
+        for k in range(j - 1, nj - 1, -1):
+            out[k] = stride
+            stride *= new[k]
+    return tuple(Axis(n, 0, st) for n, st in zip(new, out, strict=True))
 
 
 def _reshape_axes(axes: tuple[Axis, ...], shape: tuple[int, ...]) -> tuple[Axis, ...]:
