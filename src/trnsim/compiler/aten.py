@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from trnsim.compiler.ir import Graph, Node
 from trnsim.compiler.ops import norm_axis
 from trnsim.errors import UnsupportedError
@@ -315,6 +317,78 @@ def _adaptive_avg_pool2d(cx: Translator, x: Node, output_size: Any) -> Node:
     return cx.emit("adaptive_avg_pool2d", [x], output_size=_pair(output_size))
 
 
+@aten("group_norm.default")
+def _group_norm(cx: Translator, x: Node, groups: int, w: Node | None = None,
+                b: Node | None = None, eps: float = 1e-5, cudnn_enabled: bool = True) -> Node:
+    """Each group's channels x positions normalised as one row (a layer norm over [N, G, -1]),
+    then the per-channel affine."""
+    n, c = x.shape[0], x.shape[1]
+    rows = cx.emit("reshape", [x], shape=(n, int(groups), x.numel // (n * int(groups))))
+    out = cx.emit("reshape", [cx.emit("layer_norm", [rows], normalized=1, eps=float(eps),
+                                      weight=False, bias=False)], shape=x.shape)
+    per_channel = (c, *([1] * (x.rank - 2)))
+    for p, op in ((w, "mul"), (b, "add")):
+        if p is not None:
+            out = cx.emit(op, [out, cx.emit("reshape", [p], shape=per_channel)])
+    return out
+
+
+@aten("native_group_norm.default")
+def _native_group_norm(cx: Translator, x: Node, w: Node | None, b: Node | None, n: int, c: int,
+                       hw: int, groups: int, eps: float) -> tuple[Node, None, None]:
+    return _group_norm(cx, x, groups, w, b, eps), None, None
+
+
+@aten("linalg_vector_norm.default")
+def _vector_norm(cx: Translator, x: Node, ord: float = 2, dim: Any = None, keepdim: bool = False,
+                 *, dtype: Any = None) -> Node:
+    """The 2-norm sqrt(sum(x^2)) (weight norm's ||v||); other orders are refused by name."""
+    if float(ord) != 2.0:
+        raise UnsupportedError(f"linalg.vector_norm with ord={ord} (only ord=2)")
+    total = cx.emit("sum", [cx.emit("mul", [x, x])], axes=_axes(x, dim), keepdim=bool(keepdim))
+    return cx.emit("sqrt", [total])
+
+
+@aten("upsample_bilinear2d.default", "upsample_bilinear2d.vec")
+def _upsample_bilinear2d(cx: Translator, x: Node, output_size: Any = None, align_corners: bool = False,
+                         *scales: Any) -> Node:
+    """Bilinear resizing is linear in each spatial axis: out = A_h @ x @ A_w^T with constant
+    interpolation matrices (PyTorch's source-index rule), i.e. two matmuls on TensorE."""
+    h, w = x.shape[-2:]
+    oh, ow = cx.out_shape()[-2:]
+    factors = [s for s in scales if s is not None]
+    if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
+        factors = list(factors[0])
+    sh, sw = [*factors, None, None][:2]
+    a_wt = cx.graph.add_constant(_bilinear_matrix(w, ow, align_corners, sw).T.copy(),
+                                 name="bilinear_w")
+    a_ht = cx.graph.add_constant(_bilinear_matrix(h, oh, align_corners, sh).T.copy(),
+                                 name="bilinear_h")
+    lead = x.shape[:-2]
+    n, swap = math.prod(lead), (*range(len(lead)), len(lead) + 1, len(lead))
+    rows = cx.emit("matmul", [cx.emit("reshape", [x], shape=(n * h, w)), a_wt])  # [.. h, ow]
+    cols = cx.emit("permute", [cx.emit("reshape", [rows], shape=(*lead, h, ow))], dims=swap)
+    out = cx.emit("matmul", [cx.emit("reshape", [cols], shape=(n * ow, h)), a_ht])  # [.. ow, oh]
+    return cx.emit("permute", [cx.emit("reshape", [out], shape=(*lead, ow, oh))], dims=swap)
+
+
+def _bilinear_matrix(size: int, out: int, align_corners: bool, scale: float | None) -> np.ndarray:
+    """[out, size] weights of PyTorch's 1-D linear interpolation (upsample_bilinear2d)."""
+    m = np.zeros((out, size), np.float32)
+    for i in range(out):
+        if align_corners:
+            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
+        else:
+            ratio = 1.0 / scale if scale else size / out
+            src = max((i + 0.5) * ratio - 0.5, 0.0)
+        lo = min(int(np.floor(src)), size - 1)
+        hi = min(lo + 1, size - 1)
+        frac = src - lo
+        m[i, lo] += 1.0 - frac
+        m[i, hi] += frac
+    return m
+
+
 @aten("native_layer_norm.default")
 def _layer_norm(cx: Translator, x: Node, shape: Sequence[int], w: Node | None, b: Node | None,
                 eps: float) -> tuple[Node, None, None]:
@@ -329,7 +403,6 @@ def _batch_norm(cx: Translator, x: Node, w: Node | None, b: Node | None, mean: N
                 momentum: float, eps: float) -> tuple[Node, None, None]:
     c = x.shape[1]
     g = cx.graph
-    import numpy as np
     w = w if w is not None else g.add_constant(np.ones(c, np.float32), name="bn_ones")
     b = b if b is not None else g.add_constant(np.zeros(c, np.float32), name="bn_zeros")
     return cx.emit("batch_norm", [x, w, b, mean, var], eps=float(eps)), None, None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trnsim.compiler.aten import TRANSLATIONS, Translator, _binary, _to_copy, aten
+from trnsim.compiler.aten import TRANSLATIONS, Translator, _binary, _convolution, _to_copy, aten
 from trnsim.compiler.ir import Node
 from trnsim.compiler.ops import norm_axis
 from trnsim.errors import UnsupportedError
@@ -66,6 +66,25 @@ def _conv2d(cx: Translator, x: Node, w: Node, b: Node | None = None, stride: Any
     inputs = [x, w] + ([b] if b is not None else [])
     return cx.emit("conv2d", inputs, stride=pair(stride), padding=pair(padding),
                    dilation=pair(dilation), groups=int(groups))
+
+
+@aten("conv1d.default")
+def _conv1d(cx: Translator, x: Node, w: Node, b: Node | None = None, stride: Any = 1,
+            padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Node:
+    if isinstance(padding, str):
+        raise UnsupportedError(f"conv1d padding={padding!r} (decomposed instead)")
+    one = lambda v: (int(v),) if isinstance(v, int) else (int(v[0]),)  # noqa: E731
+    return _convolution(cx, x, w, b, one(stride), one(padding), one(dilation), False, (0,),
+                        groups)
+
+
+@aten("_weight_norm.default")
+def _weight_norm(cx: Translator, v: Node, g: Node, dim: int = 0) -> Node:
+    """w = g * v / ||v||, the norm over every axis but `dim` (weight norm's reparametrisation;
+    computed once at compile time when v and g are weights)."""
+    axes = tuple(a for a in range(v.rank) if a != norm_axis(dim, v.rank))
+    norm = cx.emit("sqrt", [cx.emit("sum", [cx.emit("mul", [v, v])], axes=axes, keepdim=True)])
+    return cx.emit("mul", [v, cx.emit("div", [g, norm], true_div=True)])
 
 
 @aten("batch_norm.default")

@@ -429,6 +429,11 @@ def explain_export_failure(exc: BaseException) -> CaptureError:
             "data-dependent control flow (a Python if/loop/size that depends on tensor values)",
             "Neuron compiles one fixed graph: use torch.where/torch.cond instead of the branch, or "
             "make the value a constant", source=source, detail=text)
+    if "cache_utils" in text and "not a known type" in text:
+        return CaptureError("the model returns a Hugging Face KV-cache object (past_key_values), "
+                            "which a compiled graph cannot output",
+                            "trace with use_cache=False (model.config.use_cache = False), as "
+                            "torch_neuronx.trace needs too", source=source, detail=text)
     if "Unsupported" in name or "UserError" in name:
         return CaptureError(f"{first[:200]}", "simplify that Python construct or move it out of "
                             "forward()", source=source, detail=text)
