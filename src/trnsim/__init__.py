@@ -5,7 +5,8 @@
     print(compiled.report())           # latency, throughput, cost, where the time went
 
 `trnsim.analyze(model, inputs)` reports operator support like torch_neuronx.analyze;
-`trnsim.load(path)` reads a saved model. Kernels: `from trnsim import nki`.
+`trnsim.load(path)` reads a saved model; models built under `trnsim.empty_weights()` are timed
+without allocating their weights. Kernels: `from trnsim import nki`.
 """
 
 __version__ = "0.1.0"
@@ -25,7 +26,8 @@ def _collectives_backend():
 _backends.set_fabric_backend(_collectives_backend)
 
 _LAZY = {"trace": ("trnsim.runtime", "trace"), "load": ("trnsim.runtime", "load"),
-         "analyze": ("trnsim.compiler", "analyze")}
+         "analyze": ("trnsim.compiler", "analyze"),
+         "empty_weights": ("trnsim.compiler.empty_weights", "empty_weights")}
 
 
 def __getattr__(name: str):

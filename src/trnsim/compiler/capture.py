@@ -260,6 +260,8 @@ def _add_placeholders(exported: Any, graph: Graph, values: dict[str, Any]) -> No
             continue
         tensor = state[spec.target] if spec.target in state else consts[spec.target]
         kind = "parameter" if spec.kind == InputKind.PARAMETER else "buffer"
+        if getattr(tensor, "is_meta", False):
+            graph.meta.setdefault("meta_tensors", {})[spec.target] = kind
         values[fx.name] = graph.add_constant(tensor_to_numpy(tensor), name=_short(spec.target),
                                              origin=f"{kind}:{spec.target}")
 
@@ -274,6 +276,9 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray:
     import torch
 
     t = tensor.detach()
+    if t.device.type == "meta":  # no values: a zero-stride stand-in of the right shape and dtype
+        # (timing needs shapes only; `CompiledModel` refuses to compute with it)
+        return np.broadcast_to(np.zeros((), _meta_numpy_dtype(t.dtype)), tuple(t.shape))
     if t.device.type != "cpu":
         t = t.cpu()
     if t.dtype == torch.bfloat16:
@@ -286,6 +291,12 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray:
         np_type = ml_dtypes.float8_e4m3fn if t.dtype == torch.float8_e4m3fn else ml_dtypes.float8_e5m2
         return t.contiguous().view(torch.uint8).numpy().view(np_type)
     return t.contiguous().numpy()
+
+
+def _meta_numpy_dtype(dtype: Any) -> Any:
+    import torch
+
+    return tensor_to_numpy(torch.zeros((), dtype=dtype)).dtype
 
 
 def _map_args(value: Any, values: dict[str, Any]) -> Any:

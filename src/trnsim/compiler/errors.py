@@ -83,3 +83,16 @@ class IRError(Exception):
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB ({n} bytes)"
+
+
+class MetaWeightsError(UnsupportedError):
+    """A model traced with weights on PyTorch's meta device has shapes but no values: it can be
+    timed (report, profile) but not run or saved."""
+
+    def __init__(self, action: str, meta_tensors: dict[str, str]) -> None:
+        names = sorted(meta_tensors)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        super().__init__(f"cannot {action}: {len(names)} weight tensor(s) were on the meta device "
+                         f"when traced ({shown}), so they have no values. Its timing (report(), "
+                         f"profile) is valid; to {action}, trace the model with real weights")
+        self.meta_tensors = meta_tensors

@@ -6,8 +6,9 @@ default, as the published runs were (fp32 model; neuronx-cc casts the matmuls to
 on inf1 every fp32 operator: `trnsim.compiler.options.default_auto_cast`), and reports latency,
 throughput with one copy per NeuronCore, and cost per inference.
 
-Timing does not depend on weight values, so timing-only cases build models without initialising
-their weights (fast); `check_numerics` builds them properly and compares with eager PyTorch.
+Timing does not depend on weight values, so timing-only cases build models with their parameters
+on the meta device (`trnsim.empty_weights`: no memory, no initialisation); `check_numerics`
+builds them properly and compares with eager PyTorch.
 The compile cache keeps programs and reports, so a warm run only captures.
 """
 
@@ -80,9 +81,9 @@ def build_model(name: str, *, initialise: bool):
     entry = zoo_model(name)
     if initialise:
         return entry.build()
-    from transformers.initialization import no_init_weights
+    from trnsim.compiler.empty_weights import empty_weights
 
-    with no_init_weights():
+    with empty_weights():
         return entry.build()
 
 

@@ -72,6 +72,7 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
                          cache_key=cache_key(kernel_graph, options, spec.chip.core)
                          if cache_dir() else None,
                          weight_bytes=kernel_graph.weight_bytes(),
+                         meta_tensors=graph.meta.get("meta_tensors", {}),
                          memory_plan=kernel_graph.meta.get("memory_plan"),
                          ignored_flags=list(options.ignored_flags))
     if workdir:
@@ -135,6 +136,7 @@ def _trace_pipelined(graph, options, spec, timings: dict) -> CompiledModel:
                              placement=placement, stages=compiled_stages)
     compiled.meta.update(timings=timings, cache_hit=all(cache_hits), cache_key=None,
                          weight_bytes=front.weight_bytes(),
+                         meta_tensors=graph.meta.get("meta_tensors", {}),
                          ignored_flags=list(options.ignored_flags))
     return compiled
 

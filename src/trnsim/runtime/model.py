@@ -104,6 +104,7 @@ class CompiledModel:
 
     # --- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        self._need_values("run it")
         flat = self._flatten(args, kwargs)
         arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
         if self.stages:
@@ -119,6 +120,12 @@ class CompiledModel:
         if self.output_structure is None:
             return converted[0] if len(converted) == 1 else tuple(converted)
         return self.output_structure.rebuild(converted)
+
+    def _need_values(self, action: str) -> None:
+        if self.meta.get("meta_tensors"):
+            from trnsim.compiler.errors import MetaWeightsError
+
+            raise MetaWeightsError(action, self.meta["meta_tensors"])
 
     def _flatten(self, args, kwargs) -> list:
         if self.input_structure is not None:
@@ -188,7 +195,7 @@ class CompiledModel:
         path = report_cache_path(self, visible)
         if path is not None and path.exists():
             try:
-                return ModelReport.from_dict(json.loads(path.read_text()))
+                return self._noted(ModelReport.from_dict(json.loads(path.read_text())))
             except (OSError, KeyError, TypeError, ValueError):
                 pass  # unreadable: simulate again and overwrite it
         loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
@@ -205,6 +212,16 @@ class CompiledModel:
                                   tensor_parallel=self.tensor_parallel)
         if path is not None:
             write_json(path, report.to_dict())
+        return self._noted(report)
+
+    def _noted(self, report):
+        """Notes about this traced model rather than its program (kept out of the cache)."""
+        if self.meta.get("meta_tensors"):
+            kinds = set(self.meta["meta_tensors"].values())
+            report.notes.append(f"{len(self.meta['meta_tensors'])} weight tensor(s) on the meta "
+                                f"device: timing only (the model cannot be run or saved)"
+                                + ("; buffers on meta read as zeros (index tables among them "
+                                   "can change the timing slightly)" if "buffer" in kinds else ""))
         return report
 
     def visible_cores(self) -> list[int]:
@@ -229,6 +246,7 @@ class CompiledModel:
     def save(self, path) -> str:
         from trnsim.runtime.persist import save_model
 
+        self._need_values("save it")
         return str(save_model(self, path))
 
 
