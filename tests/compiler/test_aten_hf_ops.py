@@ -79,6 +79,12 @@ class Bilinear(torch.nn.Module):
                 f(x, size=(9, 3), mode="bilinear", align_corners=True))
 
 
+class Repeats(torch.nn.Module):
+    def forward(self, x):
+        return (x.repeat(2, 1, 3), x.repeat(2, 1, 1, 2), torch.repeat_interleave(x, 2, dim=-1),
+                torch.repeat_interleave(x[0], 3, dim=0))
+
+
 # (model, inputs, path capture takes by default): writes into views need functionalising, so
 # those graphs go through core ATen, where they become slice/select scatters and copies
 CASES = [
@@ -91,6 +97,7 @@ CASES = [
     (GroupNorms, lambda: (torch.randn(2, 8, 5), torch.randn(2, 8, 3, 4)), "direct"),
     (WeightNorm, lambda: (torch.randn(2, 8, 6),), "direct"),
     (Bilinear, lambda: (torch.randn(2, 3, 5, 4),), "direct"),
+    (Repeats, lambda: (torch.randn(2, 3, 4),), "direct"),
 ]
 
 

@@ -63,3 +63,25 @@ def test_conv2d(rng, case):
     result = run(conv2d, [x, weight], (n, o, oh, ow), "float32", stride=s, padding=p,
                  dilation=d, groups=g, compute_dtype=compute, **kwargs)
     assert_close(result.output, want, "float32")
+
+
+def test_conv2d_epilogue_reads_strided_and_row_broadcast_extras(rng):
+    """An extra whose image rows are not adjacent (a slice of a wider tensor) or that repeats one
+    row for every output row (a [1, O, 1, W] broadcast) is read as [channels, rows, columns]."""
+    from trnsim.kernels.layout import broadcast_to_shape, hbm_strides, hbm_view
+
+    n, c, h, w, o = 1, 6, 7, 9, 5
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+    wide = rng.standard_normal((n, o, h, w + 4)).astype(np.float32)
+    row = rng.standard_normal((1, o, 1, w)).astype(np.float32)
+
+    def kernel(out, x, weight, wide, row):
+        sliced = hbm_view(wide, (n, o, h, w), hbm_strides(wide), offset=2)
+        conv2d(out, x, weight, padding=(1, 1), compute_dtype="float32",
+               extras=(sliced, broadcast_to_shape(row, (n, o, h, w))),
+               epilogue=lambda acc, ex: nl.add(nl.add(acc, ex[0]), ex[1]))
+
+    result = run(kernel, [x, weight, wide, row], (n, o, h, w), "float32")
+    want = ref.conv2d(x, weight, (1, 1), (1, 1), (1, 1), 1) + wide[..., 2:2 + w] + row
+    assert_close(result.output, want, "float32")

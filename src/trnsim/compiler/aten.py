@@ -454,6 +454,30 @@ def _transpose(cx: Translator, x: Node, d0: int = 0, d1: int = 1) -> Node:
     return _permute(cx, x, dims)
 
 
+@aten("repeat.default")
+def _repeat(cx: Translator, x: Node, repeats: Sequence[int]) -> Node:
+    """torch.repeat (tile): each axis of size s becomes (r, s) broadcast, then r * s."""
+    reps = [int(r) for r in repeats]
+    shape = (1,) * (len(reps) - x.rank) + x.shape
+    pairs = [d for s in shape for d in (1, s)]
+    wide = [d for r, s in zip(reps, shape, strict=True) for d in (r, s)]
+    y = cx.emit("expand", [cx.emit("reshape", [x], shape=tuple(pairs))], shape=tuple(wide))
+    return cx.emit("reshape", [y], shape=cx.out_shape())
+
+
+@aten("repeat_interleave.self_int")
+def _repeat_interleave(cx: Translator, x: Node, repeats: int, dim: int | None = None,
+                       output_size: int | None = None) -> Node:
+    """Each element along dim repeated in place: the axis of size s becomes (s, r), then s * r."""
+    if dim is None:
+        x, dim = cx.emit("reshape", [x], shape=(x.numel,)), 0
+    axis = norm_axis(dim, x.rank)
+    inner = (*x.shape[:axis + 1], 1, *x.shape[axis + 1:])
+    wide = (*x.shape[:axis + 1], int(repeats), *x.shape[axis + 1:])
+    y = cx.emit("expand", [cx.emit("reshape", [x], shape=inner)], shape=wide)
+    return cx.emit("reshape", [y], shape=cx.out_shape())
+
+
 @aten("expand.default")
 def _expand(cx: Translator, x: Node, sizes: Sequence[int], implicit: bool = False) -> Node:
     shape = cx.out_shape()

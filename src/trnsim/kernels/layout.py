@@ -192,11 +192,21 @@ def load_constant(dst: Tile, values: np.ndarray, name: str) -> None:
 # --- loads ---------------------------------------------------------------------------------------
 
 def load_block(dst: Tile, src: Tile) -> None:
-    """DMA a 2-D HBM block into the SBUF view `dst` (same shape; cast to dst's dtype).
+    """DMA an HBM block [rows, cols] into the SBUF view `dst` (same shape; cast to dst's dtype).
+    `src` may split the columns over two axes ([rows, a, b], a band of image rows that are not
+    adjacent in memory); `dst` is then read in that shape.
 
     A stride-0 innermost axis (a per-row value broadcast along the row) is loaded as one column and
     broadcast on chip by one copy; a stride-0 row axis is a DMA with partition step 0.
     """
+    if src.ndim == 3:
+        if 0 in hbm_strides(src)[1:]:  # a broadcast inside: one [rows, b] band at a time
+            width = src.shape[2]
+            for i in range(src.shape[1]):
+                load_block(dst[:, i * width:(i + 1) * width], src[:, i])
+            return
+        dst.reshape(src.shape)[...] = nl.load(src)
+        return
     rows, cols = src.shape
     col_stride = hbm_strides(src)[1]
     if col_stride == 0 and cols > 1:
