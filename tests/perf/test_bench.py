@@ -152,3 +152,13 @@ def test_plot_is_a_png_with_a_bar_per_case_and_instance(tmp_path):
     assert latency_axis["bars"] == [28.0, 340.0, 3.5, 40.0]  # per instance, per case
     assert cost_axis["bars"] == pytest.approx([1.0, 2.0, 0.3, 0.4])  # $ per million
     assert latency_axis["published"] == [28.2]
+
+
+@pytest.mark.parametrize("name,params", [("llama-3.2-1b", 1.236e9), ("llama-2-7b", 6.738e9),
+                                         ("mistral-7b", 7.242e9)])
+def test_llm_zoo_entries_have_their_published_sizes(name, params):
+    """Built without weights (meta parameters): the configs give the checkpoints' sizes."""
+    pytest.importorskip("transformers")
+    model = bench.build_model(name, initialise=False)
+    assert all(p.is_meta for p in model.parameters())
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, rel=2e-3)

@@ -52,6 +52,13 @@ def _hf(cls_name: str, config_cls: str, **config):
 _BERT_LARGE = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                    intermediate_size=4096, vocab_size=30522, max_position_embeddings=512)
 
+_LLAMA_32_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                    num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                    max_position_embeddings=131072, tie_word_embeddings=True, rope_theta=500000.0,
+                    rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192})
+
 ZOO: dict[str, ZooEntry] = {e.name: e for e in (
     ZooEntry("bert-base-uncased", "text", _hf("BertModel", "BertConfig", hidden_size=768,
                                                num_hidden_layers=12, num_attention_heads=12,
@@ -73,6 +80,17 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
                                                    num_hidden_layers=12, num_attention_heads=12,
                                                    intermediate_size=3072, image_size=224,
                                                    patch_size=16)),
+    # decoder LLMs with their LM head, timed on a prompt (prefill) of `seq` tokens; build them
+    # under trnsim.empty_weights() unless the host has the memory for fp32 weights
+    ZooEntry("llama-3.2-1b", "text", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
+    ZooEntry("llama-2-7b", "text", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=4096,
+                                       intermediate_size=11008, num_hidden_layers=32,
+                                       num_attention_heads=32, num_key_value_heads=32,
+                                       vocab_size=32000, max_position_embeddings=4096)),
+    ZooEntry("mistral-7b", "text", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
+                                       intermediate_size=14336, num_hidden_layers=32,
+                                       num_attention_heads=32, num_key_value_heads=8,
+                                       vocab_size=32000, sliding_window=4096)),
     ZooEntry("resnet-50", "vision", _hf("ResNetModel", "ResNetConfig", embedding_size=64,
                                         hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
                                         layer_type="bottleneck")),
