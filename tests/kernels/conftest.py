@@ -14,15 +14,18 @@ def rng():
 
 def as_dtype(array, name: str) -> np.ndarray:
     return np.asarray(array).astype({"float32": np.float32, "bfloat16": BF16,
-                                     "int32": np.int32}[name])
+                                     "float16": np.float16, "int32": np.int32}[name])
 
 
 def loaded(array, compute_dtype: str) -> np.ndarray:
-    """An operand as TensorE reads it: rounded to the compute dtype, values in fp32."""
+    """An operand as TensorE reads it: rounded (RNE) to the compute dtype, values in fp32."""
+    from trnsim.numerics import cast
+    from trnsim.numerics import dtype as trnsim_dtype
+
     values = np.asarray(array).astype(np.float32)
-    if compute_dtype == "bfloat16":
-        return values.astype(BF16).astype(np.float32)
-    return values
+    if compute_dtype in ("float32", "tfloat32"):
+        return values
+    return np.asarray(cast(values, trnsim_dtype(compute_dtype), rounding="rne")).astype(np.float32)
 
 
 def assert_close(out, want, out_dtype: str, *, rtol: float | None = None) -> None:

@@ -44,6 +44,7 @@ from trnsim.kernels.layout import (
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
+from trnsim.numerics import dtype as as_dtype
 
 NEG = -1.0e30  # the additive value of a masked-out score
 MAX_KEYS = 4 * BANK_FP32  # scores of one head for 128 queries must fit in 4 PSUM banks
@@ -124,7 +125,10 @@ class _Attention:
         self.packs = ceil_div(heads, self.heads_per_pack)
         self.key_tiles = tiles(sk, P)
         self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
-        self.constants = _Constants(compute_dtype) if mask_kind != "none" else None
+        # masks are added on TensorE in a dtype that holds NEG: fp16 would turn it into -inf
+        # (and 0 * inf = NaN in the identity matmul), fp8 into NaN; bf16 has fp32's range
+        self.mask_dtype = compute_dtype if _holds_neg(compute_dtype) else nl.bfloat16
+        self.constants = _Constants(self.mask_dtype) if mask_kind != "none" else None
 
     # --- per batch item: K^T and V for all heads, then 128 queries at a time ------------------
     def batch_item(self, index: tuple[int, ...]) -> None:
@@ -284,11 +288,11 @@ class _Attention:
         if self.scale == 0:
             raise UnsupportedError("attention with a mask and scale 0")
         if self.mask_kind == "causal":
-            high = nl.ndarray((P, 1, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+            high = nl.ndarray((P, 1, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
             if has_gpsimd():
                 i_q, i_k = nl.mgrid[0:P, 0:self.sk]
-                zeros = nl.ndarray((P, self.sk), dtype=self.dtype, buffer=nl.sbuf)
-                zeros[...] = nisa.memset((P, self.sk), 0.0, self.dtype)
+                zeros = nl.ndarray((P, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
+                zeros[...] = nisa.memset((P, self.sk), 0.0, self.mask_dtype)
                 high[:, 0, :] = nisa.affine_select(q0 + i_q - i_k >= 0, zeros, NEG / self.scale)
             else:
                 keep = q0 + np.arange(P)[:, None] - np.arange(self.sk)[None, :] >= 0
@@ -305,16 +309,20 @@ class _Attention:
         if self.mask_kind == "bool":  # keep -> 0, drop -> NEG (exact in bf16: one part)
             value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.not_equal, 0.0, op1=np.subtract,
                                                operand1=1.0, dtype=nl.float32)
-            high = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+            high = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
             high[0:rows] = nisa.tensor_scalar(value[0:rows], np.multiply, -NEG / self.scale)
             return _MaskTerms(self.constants, [high], shared_rows, per_head)
         value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.maximum, NEG, op1=np.multiply,
                                            operand1=1.0 / self.scale)
-        high = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        high = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
         high[0:rows] = nisa.tensor_copy(value[0:rows])
-        low = nl.ndarray((P, heads, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        low = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
         low[0:rows] = nisa.tensor_tensor(value[0:rows], high[0:rows], np.subtract)
         return _MaskTerms(self.constants, [high, low], shared_rows, per_head)
+
+
+def _holds_neg(dtype) -> bool:
+    return as_dtype(dtype).max > -NEG
 
 
 class _Constants:
