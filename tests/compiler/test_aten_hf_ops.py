@@ -176,3 +176,22 @@ def test_a_kv_cache_output_says_use_cache_false():
     ids = torch.randint(0, 100, (1, 8))
     with pytest.raises(CaptureError, match="use_cache=False"):
         capture(model, (), {"input_ids": ids, "decoder_input_ids": ids})
+
+
+def test_t5_relative_position_buckets_match_eager():
+    """T5 computes its position buckets with a float -> long cast that fold evaluates: it must
+    truncate as PyTorch does (a rounded bucket picks another bias row: 2% off)."""
+    import trnsim
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.T5Config(d_model=64, d_ff=128, num_layers=1, num_heads=2, d_kv=32,
+                                   vocab_size=100)
+    model = transformers.T5EncoderModel(config).eval()
+    inputs = {"input_ids": torch.randint(0, 100, (2, 40)),
+              "attention_mask": torch.tensor([[1] * 40, [1] * 25 + [0] * 15])}
+    with torch.no_grad():
+        want = model(**inputs).last_hidden_state
+    got = trnsim.trace(model, (), kwargs=inputs, instance="trn1.2xlarge", auto_cast="none")(
+        **inputs).last_hidden_state
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-5

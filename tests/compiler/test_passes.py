@@ -54,6 +54,23 @@ def test_fold_turns_the_mask_into_one_constant_and_drops_identities():
     same_numbers(g, f, [np.arange(16, dtype=np.float32).reshape(4, 4)])
 
 
+def test_folded_float_to_int_casts_truncate_like_torch():
+    """T5's relative-position buckets: (log(|i - j| / 8) / log(16) * 8).to(long) on constants.
+    A pending cast rounds to nearest; .to(torch.long) truncates toward zero."""
+    g = Graph("buckets")
+    x = inp(g, 0, (5,))
+    pos = g.add("arange", (), {"start": 1, "end": 6, "step": 1, "dtype": "float32"})
+    scaled = g.add("mul", [g.add("log", [pos]), g.add_scalar(2.9, "float32")])  # 0, 2.01, 3.19..
+    negative = g.add("sub", [g.add_scalar(0.0, "float32"), scaled])  # -0.0, -2.01, -3.19..
+    buckets = [g.add("cast", [t], {"dtype": "int32"}) for t in (scaled, negative)]
+    g.outputs = [g.add("add", [x, g.add("cast", [b], {"dtype": "float32"})]) for b in buckets]
+    f = fold(g.verify()).verify()
+    assert f.op_counts().get("cast", 0) == 0  # folded
+    want = np.log(np.arange(1, 6, dtype=np.float32)) * np.float32(2.9)
+    got = evaluate(f, [np.zeros(5, np.float32)])
+    assert np.array_equal(got[0], np.trunc(want)) and np.array_equal(got[1], np.trunc(-want))
+
+
 def test_fold_keeps_views_of_parameters_and_large_results_unevaluated():
     g = Graph("w")
     x = inp(g, 0, (2, 3))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trnsim.compiler.interpret import EVAL
+from trnsim.compiler.interpret import EVAL, store
 from trnsim.compiler.ir import Graph, Node, Rewriter
 
 # Largest tensor folded into a constant; bigger ones stay operations (memory over time).
@@ -32,7 +32,8 @@ def fold_constants(graph: Graph) -> Graph:
                 not all(i.op in _LEAVES for i in ins):
             rw.keep(node)
             continue
-        if node.op == "cast" and ins[0].op == "constant":  # weights: cast later, on demand
+        if node.op == "cast" and ins[0].op == "constant" and node.dtype.is_float and \
+                ins[0].dtype.is_float:  # weights: cast later, on demand (RNE, as auto-cast does)
             data = rw.new.constants[ins[0].attrs["ref"]].cast_to(node.dtype)
             rw.replace(node, rw.new.add_data(data, name=f"{ins[0].attrs['ref']}_{node.dtype.name}",
                                              source=node.source))
@@ -42,6 +43,9 @@ def fold_constants(graph: Graph) -> Graph:
             rw.keep(node)
             continue
         value = EVAL[node.op](node, [EVAL[i.op](i, [], rw.new) for i in ins], rw.new)
+        # stored as the interpreter stores a result (float -> int truncates, as .to(torch.long)
+        # does); a pending cast would round to nearest
+        value = store(value, node.dtype)
         rw.replace(node, rw.new.add_constant(np.ascontiguousarray(value), name=node.name,
                                              dt=node.dtype, source=node.source))
     return rw.finish()
