@@ -44,6 +44,10 @@ CASES = [
     Case(16, 64, 48, batch_a=(2, 3), batch_b=(3,), tb=True),  # broadcast batch
     Case(33, 70, 40, batch_a=(2,), batch_b=(2,), ta=True, stationary="b"),
     Case(600, 256, 96, stationary="b"),  # m > 512: b is not used (same cycles, no transposes)
+    # out^T with four 128-row pieces of a staged through three slots (the fourth load used to
+    # overwrite the first before its transpose), and more than one column group of out
+    Case(400, 384, 1536, bias=True, compute="float32", stationary="b", epilogue="gelu"),
+    Case(512, 128, 640, compute="float32", stationary="b"),
 ]
 
 
@@ -185,3 +189,29 @@ def test_streamed_blocks_shrink_to_what_fragmented_sbuf_holds():
     b = rng.standard_normal((1024, 8192)).astype(np.float32)
     result = run(fragmented, [a, b], (256, 8192), "float32")
     assert_close(result.output, loaded(a, "bfloat16") @ loaded(b, "bfloat16"), "float32")
+
+
+def test_transposed_sink_takes_blocks_narrower_than_m(rng):
+    """A streamed block narrowed to fit SBUF covers part of M: the out^T sink gathers pieces of
+    M from several blocks (starting on 128-row boundaries) before storing a column group."""
+    from trnsim.kernels.layout import Evictor, kernel_scope
+    from trnsim.kernels.matmul import TransposedSink
+    from trnsim.nki import isa as nisa
+
+    m, n = 400, 640
+    xt = rng.standard_normal((n, m)).astype(np.float32)  # what the accumulators hold: out^T
+
+    def kernel(out, xt):
+        sink = TransposedSink(out, None, (), None, Evictor())
+        for n0 in range(0, n, 128):
+            for m0, width in ((0, 256), (256, 144)):
+                with kernel_scope("block"):
+                    rows = nl.ndarray((128, width), dtype=nl.float32, buffer=nl.sbuf)
+                    rows[...] = nl.load(xt[n0:n0 + 128, m0:m0 + width])
+                    acc = nl.ndarray((128, width), dtype=nl.float32, buffer=nl.psum)
+                    acc[...] = nisa.tensor_copy(rows)
+                    sink(acc, n0, m0)
+        sink.finish()
+
+    result = run(kernel, [xt], (m, n), "float32")
+    np.testing.assert_array_equal(result.output, xt.T)

@@ -263,29 +263,37 @@ class TransposedSink:
         self.filled: dict[int, int] = {}
 
     def __call__(self, acc: Tile, n0: int, m0: int) -> None:
-        if m0 != 0:
-            raise InvalidArgumentError("transposed matmul blocks must span all of M")
-        n_rows, _ = acc.shape
-        acc_t = nl.ndarray((n_rows, self.m), dtype=nl.float32, buffer=nl.sbuf)
+        """acc = out^T[n0:n0+rows, m0:m0+width]; a block may cover part of M (a streamed block
+        narrowed to fit SBUF), starting on a 128-row boundary of out."""
+        if m0 % P:
+            raise InvalidArgumentError(f"transposed matmul block starts at row {m0} of out, "
+                                       f"not a multiple of {P}")
+        n_rows, width = acc.shape
+        acc_t = nl.ndarray((n_rows, width), dtype=nl.float32, buffer=nl.sbuf)
         if self.bias is not None:
             t = n0 // P
             acc_t[...] = nisa.activation(op="identity", data=acc, bias=self.bias[0:n_rows, t:t + 1])
         else:
             self.evictor.copy(acc_t, acc)
-        bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
-        for j, (mb0, mr) in enumerate(self.m_blocks):
-            bank[0:mr, j, 0:n_rows] = nisa.nc_transpose(acc_t[:, mb0:mb0 + mr])
         g, slot = divmod(n0, GROUP)
         group = self.groups[g % 2]
-        full = [j for j, (_, mr) in enumerate(self.m_blocks) if mr == P]
-        if full:
-            self.evictor.copy(group[:, 0:len(full), slot:slot + n_rows],
-                              bank[:, 0:len(full), 0:n_rows])
-        for j, (_, mr) in enumerate(self.m_blocks):
-            if mr < P:
-                self.evictor.copy(group[0:mr, j, slot:slot + n_rows], bank[0:mr, j, 0:n_rows])
-        self.filled[g] = self.filled.get(g, 0) + n_rows
-        if self.filled[g] == min(GROUP, self.n - g * GROUP):
+        blocks = [(j, mb0, mr) for j, (mb0, mr) in enumerate(self.m_blocks)
+                  if m0 <= mb0 < m0 + width]
+        for b0 in range(0, len(blocks), 4):  # one PSUM bank holds four 128 x 128 transposes
+            part = blocks[b0:b0 + 4]
+            bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+            for i, (_, mb0, mr) in enumerate(part):
+                bank[0:mr, i, 0:n_rows] = nisa.nc_transpose(acc_t[:, mb0 - m0:mb0 - m0 + mr])
+            full = [i for i, (_, _, mr) in enumerate(part) if mr == P]
+            if full:  # consecutive full blocks: one copy
+                j0 = part[full[0]][0]
+                self.evictor.copy(group[:, j0:j0 + len(full), slot:slot + n_rows],
+                                  bank[:, 0:len(full), 0:n_rows])
+            for i, (j, _, mr) in enumerate(part):
+                if mr < P:
+                    self.evictor.copy(group[0:mr, j, slot:slot + n_rows], bank[0:mr, i, 0:n_rows])
+        self.filled[g] = self.filled.get(g, 0) + n_rows * width
+        if self.filled[g] == min(GROUP, self.n - g * GROUP) * self.m:
             self._flush(g)
 
     def _flush(self, g: int) -> None:
@@ -298,6 +306,6 @@ class TransposedSink:
 
     def finish(self) -> None:
         pending = [g for g, count in self.filled.items()
-                   if count != min(GROUP, self.n - g * GROUP)]
+                   if count != min(GROUP, self.n - g * GROUP) * self.m]
         if pending:
             raise InvalidArgumentError(f"transposed matmul: column groups {pending} incomplete")

@@ -386,6 +386,8 @@ class StagedLoader:
         fetch = (1 if self.operand.k_major else self.stages - 1) if lookahead else 0
         finish = 1 if lookahead and self.staging else 0
         for v in range(self.fetched, min(u + 1 + fetch, len(self.units))):
+            while self.staging and self.finished <= v - self.stages:
+                self._finish(self.finished)  # unit v's staging slot still holds that unit
             self._fetch(v)
         for v in range(self.finished, min(u + 1 + finish, len(self.units))):
             self._finish(v)
