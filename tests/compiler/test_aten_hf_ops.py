@@ -85,6 +85,16 @@ class Repeats(torch.nn.Module):
                 torch.repeat_interleave(x[0], 3, dim=0))
 
 
+class Patchify(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 12, 4, stride=4)
+        self.plain = torch.nn.Conv2d(3, 5, 3, stride=3, padding=1)  # padded: stays a conv
+
+    def forward(self, x):
+        return self.patch(x).flatten(2).transpose(1, 2), self.plain(x)
+
+
 # (model, inputs, path capture takes by default): writes into views need functionalising, so
 # those graphs go through core ATen, where they become slice/select scatters and copies
 CASES = [
@@ -98,6 +108,7 @@ CASES = [
     (WeightNorm, lambda: (torch.randn(2, 8, 6),), "direct"),
     (Bilinear, lambda: (torch.randn(2, 3, 5, 4),), "direct"),
     (Repeats, lambda: (torch.randn(2, 3, 4),), "direct"),
+    (Patchify, lambda: (torch.randn(2, 3, 16, 12),), "direct"),
 ]
 
 
@@ -195,3 +206,13 @@ def test_t5_relative_position_buckets_match_eager():
     got = trnsim.trace(model, (), kwargs=inputs, instance="trn1.2xlarge", auto_cast="none")(
         **inputs).last_hidden_state
     assert float((got - want).abs().max() / want.abs().max()) < 1e-5
+
+
+def test_a_patchify_convolution_becomes_one_matmul():
+    """ViT's patch embedding (kernel = stride) as [patches, C*kh*kw] @ W^T: the conv kernel would
+    need every tap of every output channel on each partition (ViT-base: twice SBUF)."""
+    from trnsim.compiler.capture import capture
+
+    graph = capture(Patchify(), (torch.randn(2, 3, 16, 12),))
+    ops = graph.op_counts()
+    assert ops["conv2d"] == 1 and ops["matmul"] == 1  # the padded one stays a convolution

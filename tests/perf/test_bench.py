@@ -162,3 +162,18 @@ def test_llm_zoo_entries_have_their_published_sizes(name, params):
     model = bench.build_model(name, initialise=False)
     assert all(p.is_meta for p in model.parameters())
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, rel=2e-3)
+
+
+def test_vision_rows_have_no_sequence_length(tiny_zoo, monkeypatch, capsys):
+    """An image model's row says '-' for the sequence length (its input is a 224x224 image), and
+    its patch embedding compiles (a patchify convolution is one matmul)."""
+    name = "vit-tiny-test"
+    monkeypatch.setitem(zoo.ZOO, name, zoo.ZooEntry(name, "vision", zoo._hf(
+        "ViTModel", "ViTConfig", hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=128, image_size=224, patch_size=16)))
+    result = bench.run_case(name, 1, None, "inf2.xlarge")
+    assert result.seq is None and result.latency_ms > 0
+    out = _run_cli(capsys, "bench", "--models", name, "--instances", "inf2.xlarge", "--batch",
+                   "1").out
+    row = next(line for line in out.splitlines() if name in line)
+    assert row.split()[1:3] == ["1", "-"]

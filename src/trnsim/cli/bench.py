@@ -78,7 +78,7 @@ def bench_table(results, instances) -> Table:
         table.add_column(f"{inst} $/inference", justify="right")
     for row in comparison_rows(results, instances):
         cells = row["by_instance"]
-        line = [row["model"], str(row["batch"]), str(row["seq"])]
+        line = [row["model"], str(row["batch"]), "-" if row["seq"] is None else str(row["seq"])]
         line += [_ms(r.latency_ms, r.published_ms, r.error_pct) if r else "-"
                  for r in cells.values()]
         if len(instances) > 1:

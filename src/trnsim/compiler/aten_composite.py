@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trnsim.compiler.aten import TRANSLATIONS, Translator, _binary, _convolution, _to_copy, aten
+from trnsim.compiler.aten import _conv2d as _conv2d_node
 from trnsim.compiler.ir import Node
 from trnsim.compiler.ops import norm_axis
 from trnsim.errors import UnsupportedError
@@ -63,9 +64,7 @@ def _conv2d(cx: Translator, x: Node, w: Node, b: Node | None = None, stride: Any
     if isinstance(padding, str):
         raise UnsupportedError(f"conv2d padding={padding!r} (decomposed instead)")
     pair = lambda v: (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))  # noqa: E731
-    inputs = [x, w] + ([b] if b is not None else [])
-    return cx.emit("conv2d", inputs, stride=pair(stride), padding=pair(padding),
-                   dilation=pair(dilation), groups=int(groups))
+    return _conv2d_node(cx, x, w, b, pair(stride), pair(padding), pair(dilation), groups)
 
 
 @aten("conv1d.default")

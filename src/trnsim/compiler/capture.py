@@ -54,6 +54,7 @@ def capture(model: Any, example_inputs: Any, kwargs: dict[str, Any] | None = Non
     """
     args, kwargs = normalize_inputs(example_inputs, kwargs)
     timings: dict[str, float] = {}
+    without_values = meta_tensors(model)
     exported = export(model, args, kwargs, timings, decompose=False)
     title = name or type(model).__name__
     graph = None
@@ -72,6 +73,8 @@ def capture(model: Any, example_inputs: Any, kwargs: dict[str, Any] | None = Non
         graph.meta["capture_path"] = "core_aten"
     timings["translate_s"] = time.perf_counter() - start
     graph.meta["capture_times"] = timings
+    if without_values:
+        graph.meta["meta_tensors"] = without_values
     graph.meta["model"] = f"{type(model).__module__}.{type(model).__qualname__}"
     return graph.verify()
 
@@ -106,7 +109,8 @@ def export(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     import torch
 
     timings = {} if timings is None else timings
-    with inference_mode(model), torch.no_grad(), warnings.catch_warnings(), _quiet_torch():
+    with inference_mode(model), meta_as_zeros(model), torch.no_grad(), \
+            warnings.catch_warnings(), _quiet_torch():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
         start = time.perf_counter()
         try:
@@ -137,6 +141,45 @@ def decompose_to_core(exported: Any, timings: dict[str, float] | None = None) ->
     if timings is not None:
         timings["decompose_s"] = time.perf_counter() - start
     return result
+
+
+def meta_tensors(model: Any) -> dict[str, str]:
+    """State-dict name -> "parameter" / "buffer" of the model's tensors on the meta device."""
+    found: dict[str, str] = {}
+    for kind, named in (("parameter", "named_parameters"), ("buffer", "named_buffers")):
+        for name, tensor in getattr(model, named, lambda **_: ())(remove_duplicate=False):
+            if getattr(tensor, "is_meta", False):
+                found[name] = kind
+    return found
+
+
+@contextmanager
+def meta_as_zeros(model: Any) -> Iterator[None]:
+    """Meta tensors (no values) as zero-stride CPU zeros for the export, then put back.
+
+    Export traces real devices: a meta weight meeting a CPU input (ViT's CLS token concatenated
+    to its patch embeddings) is a device mismatch. A zero-stride stand-in has the shape and
+    dtype, takes no memory, and `tensor_to_numpy` keeps it that way."""
+    import torch
+
+    swapped: list[tuple[Any, str, str, Any]] = []  # (module, "_parameters"/"_buffers", name, old)
+    stand_ins: dict[int, Any] = {}  # tied weights share one stand-in
+    for module in getattr(model, "modules", lambda: ())():
+        for table in ("_parameters", "_buffers"):
+            for name, tensor in list(getattr(module, table).items()):
+                if tensor is None or not tensor.is_meta:
+                    continue
+                if id(tensor) not in stand_ins:
+                    zeros = torch.zeros((), dtype=tensor.dtype).expand(tensor.shape)
+                    stand_ins[id(tensor)] = (torch.nn.Parameter(zeros, requires_grad=False)
+                                             if table == "_parameters" else zeros)
+                swapped.append((module, table, name, tensor))
+                getattr(module, table)[name] = stand_ins[id(tensor)]
+    try:
+        yield
+    finally:
+        for module, table, name, tensor in swapped:
+            getattr(module, table)[name] = tensor
 
 
 @contextmanager
@@ -260,8 +303,6 @@ def _add_placeholders(exported: Any, graph: Graph, values: dict[str, Any]) -> No
             continue
         tensor = state[spec.target] if spec.target in state else consts[spec.target]
         kind = "parameter" if spec.kind == InputKind.PARAMETER else "buffer"
-        if getattr(tensor, "is_meta", False):
-            graph.meta.setdefault("meta_tensors", {})[spec.target] = kind
         values[fx.name] = graph.add_constant(tensor_to_numpy(tensor), name=_short(spec.target),
                                              origin=f"{kind}:{spec.target}")
 
@@ -279,6 +320,9 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray:
     if t.device.type == "meta":  # no values: a zero-stride stand-in of the right shape and dtype
         # (timing needs shapes only; `CompiledModel` refuses to compute with it)
         return np.broadcast_to(np.zeros((), _meta_numpy_dtype(t.dtype)), tuple(t.shape))
+    if t.numel() > 1 and all(s == 0 for s in t.stride()):  # one value everywhere (`meta_as_zeros`)
+        one = tensor_to_numpy(t.as_strided((), ()).clone())
+        return np.broadcast_to(one, tuple(t.shape))
     if t.device.type != "cpu":
         t = t.cpu()
     if t.dtype == torch.bfloat16:

@@ -30,7 +30,7 @@ DEFAULT_BATCHES = (1, 10)
 class BenchResult:
     model: str
     batch: int
-    seq: int
+    seq: int | None  # None: a vision model (its input is an image)
     instance: str
     auto_cast: str  # what the compile used (the instance compiler's default unless asked)
     latency_ms: float
@@ -95,7 +95,7 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
 
     start = time.perf_counter()
     entry = zoo_model(name)
-    seq = seq or entry.default_seq
+    seq = None if entry.family == "vision" else (seq or entry.default_seq)
     spec = hardware.instance(instance)
     model = model if model is not None else build_model(name, initialise=check_numerics)
     inputs = entry.inputs(batch, seq)
@@ -153,7 +153,8 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
         for batch in batches:
             for instance in instances:
                 if progress:
-                    progress(f"{name} batch {batch} seq {seq} on {instance}")
+                    progress(f"{name} batch {batch}" + (f" seq {seq}" if entry.family != "vision"
+                                                        else "") + f" on {instance}")
                 if model is None:
                     model = build_model(name, initialise=check_numerics)
                 results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
