@@ -73,3 +73,17 @@ def test_concat_and_pad(rng):
     result = run(pad, [a], (4, 31, 10), "float32", pads=((0, 0), (3, -2), (1, 2)), value=-1.5)
     want = np.pad(a[:, :-2], ((0, 0), (3, 0), (1, 2)), constant_values=-1.5)
     assert np.array_equal(result.output, want)
+
+
+def test_reshaping_a_transposed_view_transposes_once_in_its_own_shape(rng):
+    """ConvBERT reads [2, 1728, 200] as [2, 200, 1728] and reshapes it to [1200, 64, 9]: the
+    transpose runs in 128 x 128 blocks of the view's own shape, then the dense result is
+    reshaped (refined first, the transpose ran on 9-element blocks: thousands of instructions)."""
+    x = rng.standard_normal((2, 1728, 200)).astype(np.float32)
+
+    def kernel(out, x):
+        copy(out, hbm_view(x, (2, 200, 1728), (1728 * 200, 1, 200)))
+
+    result = run(kernel, [x], (1200, 64, 9), "float32")
+    np.testing.assert_array_equal(result.output, x.transpose(0, 2, 1).reshape(1200, 64, 9))
+    assert len(result.program.instructions) < 400
