@@ -87,3 +87,17 @@ def test_reshaping_a_transposed_view_transposes_once_in_its_own_shape(rng):
     result = run(kernel, [x], (1200, 64, 9), "float32")
     np.testing.assert_array_equal(result.output, x.transpose(0, 2, 1).reshape(1200, 64, 9))
     assert len(result.program.instructions) < 400
+
+
+def test_a_sliding_window_view_is_copied_row_by_row_not_transposed(rng):
+    """nn.Unfold's windows over [2, 192, 208] (window start and position both step by 1): rows
+    are contiguous, so it is a plain DMA copy. Read as a transpose, it took 307,200 instructions."""
+    x = rng.standard_normal((2, 192, 208, 1)).astype(np.float32)
+
+    def kernel(out, x):
+        copy(out, hbm_view(x, (2, 192, 9, 200, 1, 1), (39936, 208, 1, 1, 0, 0)))
+
+    result = run(kernel, [x], (2, 192, 9, 200, 1, 1), "float32")
+    want = np.stack([x[:, :, k:k + 200, 0] for k in range(9)], axis=2)[..., None, None]
+    np.testing.assert_array_equal(result.output, want)
+    assert len(result.program.instructions) < 2000
