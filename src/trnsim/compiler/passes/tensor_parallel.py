@@ -13,8 +13,8 @@ replicated (each rank holds all of it) or sharded along one axis (rank r holds t
   multiplies its chunk by its rows of the weight and an all-reduce sums the partial products
   (fp32); bias and epilogue are applied once, after it (so Q/K/V -> attention -> output
   projection, and up -> GELU -> down, cost one all-reduce each, as in Megatron-LM);
-- views, attention over heads, and elementwise ops keep a sharded value sharded when the shard
-  stays one contiguous chunk (heads split across ranks);
+- views, attention over heads, elementwise ops and concatenations along another axis keep a
+  sharded value sharded when the shard stays one contiguous chunk (heads split across ranks);
 - anything else reads replicated values: a sharded operand is all-gathered first (``k.collective``).
 
 Every rank runs the same program; only the weight chunks differ (`Constant.shard`). Outputs
@@ -64,7 +64,8 @@ class _Sharder:
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
-                    "k.elementwise": self._elementwise, "reshape": self._reshape,
+                    "k.elementwise": self._elementwise, "k.concat": self._concat,
+                    "reshape": self._reshape,
                     "permute": self._permute, "slice": self._slice, "expand": self._expand}
         for node in self.old.nodes:
             handler = handlers.get(node.op)
@@ -279,6 +280,16 @@ class _Sharder:
             return False
         self._set(node, self.rw.emit(node.op, operands, node.attrs, source=node.source,
                                      name=node.name), axis)
+        return True
+
+    def _concat(self, node: Node) -> bool:
+        """Parts split along the same axis, joined along another (rotary embeddings'
+        rotate_half over head_dim, with heads split): each rank joins its own chunks."""
+        axes = {self.split_axis(x) for x in node.inputs}
+        if len(axes) != 1 or None in axes or node.attrs["axis"] in axes:
+            return False
+        self._set(node, self.rw.emit(node.op, [self.local(x) for x in node.inputs], node.attrs,
+                                     source=node.source, name=node.name), axes.pop())
         return True
 
     # --- views ----------------------------------------------------------------------------------
