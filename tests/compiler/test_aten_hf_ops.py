@@ -95,6 +95,15 @@ class Patchify(torch.nn.Module):
         return self.patch(x).flatten(2).transpose(1, 2), self.plain(x)
 
 
+class OverflowGuard(torch.nn.Module):
+    """T5's fp16 guard: clamp to finfo.max (less 1000 if anything overflowed)."""
+
+    def forward(self, x):
+        top = torch.finfo(x.dtype).max
+        bound = torch.where(torch.isinf(x).any(), top - 1000, top)
+        return torch.clamp(x * 2, min=-bound, max=bound), torch.isinf(x)
+
+
 # (model, inputs, path capture takes by default): writes into views need functionalising, so
 # those graphs go through core ATen, where they become slice/select scatters and copies
 CASES = [
@@ -109,6 +118,7 @@ CASES = [
     (Bilinear, lambda: (torch.randn(2, 3, 5, 4),), "direct"),
     (Repeats, lambda: (torch.randn(2, 3, 4),), "direct"),
     (Patchify, lambda: (torch.randn(2, 3, 16, 12),), "direct"),
+    (OverflowGuard, lambda: (torch.tensor([[1.0, float("inf"), -3e38, 2.0]]),), "direct"),
 ]
 
 
@@ -216,3 +226,10 @@ def test_a_patchify_convolution_becomes_one_matmul():
     graph = capture(Patchify(), (torch.randn(2, 3, 16, 12),))
     ops = graph.op_counts()
     assert ops["conv2d"] == 1 and ops["matmul"] == 1  # the padded one stays a convolution
+
+
+def test_bilinear_resizing_keeps_a_half_precision_input_half():
+    from trnsim.compiler.capture import capture
+
+    graph = capture(Bilinear().half(), (torch.randn(1, 2, 5, 4).half(),))
+    assert all(o.dtype.name == "float16" for o in graph.outputs)

@@ -131,6 +131,24 @@ def _silu(cx: Translator, x: Node) -> Node:
     return cx.emit("silu", [x])
 
 
+@aten("clamp.Tensor")
+def _clamp_tensor(cx: Translator, x: Node, min: Any = None, max: Any = None) -> Node:
+    """clamp with tensor bounds (T5's fp16 overflow guard): maximum, then minimum."""
+    out = x
+    if min is not None:
+        out = cx.emit("maximum", [out, cx.tensor(min)])
+    if max is not None:
+        out = cx.emit("minimum", [out, cx.tensor(max)])
+    return out if out.dtype == cx.out_dtype() else cx.emit("cast", [out], dtype=cx.out_dtype().name)
+
+
+@aten("isinf.default")
+def _isinf(cx: Translator, x: Node) -> Node:
+    if not x.dtype.is_float:
+        return cx.emit("full", shape=x.shape, value=False, dtype="bool_")
+    return cx.emit("eq", [cx.emit("abs", [x]), cx.tensor(float("inf"))])
+
+
 @aten("clamp.default")
 def _clamp(cx: Translator, x: Node, min: float | None = None, max: float | None = None) -> Node:
     return cx.emit("clamp", [x], min=min, max=max)
@@ -391,9 +409,9 @@ def _upsample_bilinear2d(cx: Translator, x: Node, output_size: Any = None, align
         factors = list(factors[0])
     sh, sw = [*factors, None, None][:2]
     a_wt = cx.graph.add_constant(_bilinear_matrix(w, ow, align_corners, sw).T.copy(),
-                                 name="bilinear_w")
+                                 name="bilinear_w", dt=x.dtype)  # the result keeps x's dtype
     a_ht = cx.graph.add_constant(_bilinear_matrix(h, oh, align_corners, sh).T.copy(),
-                                 name="bilinear_h")
+                                 name="bilinear_h", dt=x.dtype)
     lead = x.shape[:-2]
     n, swap = math.prod(lead), (*range(len(lead)), len(lead) + 1, len(lead))
     rows = cx.emit("matmul", [cx.emit("reshape", [x], shape=(n * h, w)), a_wt])  # [.. h, ow]
