@@ -298,14 +298,14 @@ def _conv2d(cx: Translator, x: Node, w: Node, b: Node | None, stride: Sequence[i
             padding: Sequence[int], dilation: Sequence[int], groups: int) -> Node:
     two = lambda v: tuple(int(i) for i in (v if len(v) == 2 else (v[0], v[0])))  # noqa: E731
     stride, padding, dilation = two(stride), two(padding), two(dilation)
-    if patchify(w.shape, stride, padding, dilation, groups, x.shape):
+    if _patchify(w.shape, stride, padding, dilation, groups, x.shape):
         return _patch_matmul(cx, x, w, b)
     inputs = [x, w] + ([b] if b is not None else [])
     return cx.emit("conv2d", inputs, stride=stride, padding=padding, dilation=dilation,
                    groups=int(groups))
 
 
-def patchify(w_shape: Sequence[int], stride: tuple[int, int], padding: tuple[int, int],
+def _patchify(w_shape: Sequence[int], stride: tuple[int, int], padding: tuple[int, int],
              dilation: tuple[int, int], groups: int, x_shape: Sequence[int]) -> bool:
     """A convolution whose kernel tiles the image (kernel = stride > 1, no padding, dilation or
     groups): ViT's and Swin's patch embeddings."""
@@ -393,8 +393,12 @@ def _vector_norm(cx: Translator, x: Node, ord: float = 2, dim: Any = None, keepd
     """The 2-norm sqrt(sum(x^2)) (weight norm's ||v||); other orders are refused by name."""
     if float(ord) != 2.0:
         raise UnsupportedError(f"linalg.vector_norm with ord={ord} (only ord=2)")
-    total = cx.emit("sum", [cx.emit("mul", [x, x])], axes=_axes(x, dim), keepdim=bool(keepdim))
-    return cx.emit("sqrt", [total])
+    return two_norm(cx, x, _axes(x, dim), bool(keepdim))
+
+
+def two_norm(cx: Translator, x: Node, axes: tuple[int, ...], keepdim: bool) -> Node:
+    """sqrt(sum(x^2)) over `axes`."""
+    return cx.emit("sqrt", [cx.emit("sum", [cx.emit("mul", [x, x])], axes=axes, keepdim=keepdim)])
 
 
 @aten("upsample_bilinear2d.default", "upsample_bilinear2d.vec")

@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trnsim.compiler.aten import TRANSLATIONS, Translator, _binary, _convolution, _to_copy, aten
+from trnsim.compiler.aten import (
+    TRANSLATIONS,
+    Translator,
+    _binary,
+    _convolution,
+    _to_copy,
+    aten,
+    two_norm,
+)
 from trnsim.compiler.aten import _conv2d as _conv2d_node
 from trnsim.compiler.ir import Node
 from trnsim.compiler.ops import norm_axis
@@ -82,8 +90,7 @@ def _weight_norm(cx: Translator, v: Node, g: Node, dim: int = 0) -> Node:
     """w = g * v / ||v||, the norm over every axis but `dim` (weight norm's reparametrisation;
     computed once at compile time when v and g are weights)."""
     axes = tuple(a for a in range(v.rank) if a != norm_axis(dim, v.rank))
-    norm = cx.emit("sqrt", [cx.emit("sum", [cx.emit("mul", [v, v])], axes=axes, keepdim=True)])
-    return cx.emit("mul", [v, cx.emit("div", [g, norm], true_div=True)])
+    return cx.emit("mul", [v, cx.emit("div", [g, two_norm(cx, v, axes, True)], true_div=True)])
 
 
 @aten("batch_norm.default")

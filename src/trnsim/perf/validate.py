@@ -103,9 +103,6 @@ def predict_kernel(row: dict) -> float:
     return predict_named_kernel(row["name"], row["instance"], row.get("dtype") or "bf16")
 
 
-_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "float8_e4m3"}
-
-
 def predict_user_kernel(row: dict) -> float:
     from trnsim import hardware
     from trnsim.nki import typing as nt
@@ -116,7 +113,7 @@ def predict_user_kernel(row: dict) -> float:
         raise TrnsimError(f"kernel row {row['name']!r}: give the input shapes after the kernel, "
                           f"e.g. 'kernels.py::matmul 4096x8192,8192x8192'")
     dtype = (row.get("dtype") or "bf16").strip().lower()
-    specs = parse_shapes(shapes.strip(), _DTYPE_NAMES.get(dtype, dtype))
+    specs = parse_shapes(shapes.strip(), dtype)  # trnsim.numerics reads bf16/fp16/fp32 too
     kernel = load_kernel(target, row.get(_CSV_DIR))
     core = hardware.instance(row["instance"]).chip.core
     kernel.run(tuple(nt.tensor[list(shape), dt] for shape, dt in specs), {}, mode="timing",
