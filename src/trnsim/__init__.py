@@ -6,7 +6,8 @@
 
 `trnsim.analyze(model, inputs)` reports operator support like torch_neuronx.analyze;
 `trnsim.load(path)` reads a saved model; models built under `trnsim.empty_weights()` are timed
-without allocating their weights. Kernels: `from trnsim import nki`.
+without allocating their weights; `trnsim.decode_step(model)` wraps a causal LM to time one
+generated token against a KV cache. Kernels: `from trnsim import nki`.
 """
 
 __version__ = "0.1.0"
@@ -27,7 +28,8 @@ _backends.set_fabric_backend(_collectives_backend)
 
 _LAZY = {"trace": ("trnsim.runtime", "trace"), "load": ("trnsim.runtime", "load"),
          "analyze": ("trnsim.compiler", "analyze"),
-         "empty_weights": ("trnsim.compiler.empty_weights", "empty_weights")}
+         "empty_weights": ("trnsim.compiler.empty_weights", "empty_weights"),
+         "decode_step": ("trnsim.compiler.decode_step", "decode_step")}
 
 
 def __getattr__(name: str):

@@ -79,6 +79,23 @@ def test_training_mode_and_cache_flags_are_restored(zoo):
     assert model.training and model.config.use_cache is True
 
 
+def test_an_eval_model_inside_a_train_mode_wrapper_stays_in_eval():
+    from trnsim.compiler.capture import capture
+
+    class Wrapper(torch.nn.Module):  # a new module is in train mode
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    wrapper = Wrapper()
+    capture(wrapper, torch.ones(2, 4))
+    assert wrapper.training and not wrapper.inner.training
+    assert not any(m.training for m in wrapper.inner.modules())
+
+
 class Branchy(torch.nn.Module):
     def forward(self, x):
         if x.sum() > 0:

@@ -16,6 +16,16 @@ def test_embedding_rows(rng):
     assert any(r.opcode == "DmaIndirect" for r in result.profile.records)
 
 
+@pytest.mark.parametrize("index_shape", [(1, 1), (1,), ()])
+def test_embedding_of_one_token(rng, index_shape):
+    """Token generation looks up one row: a [1, width] operand must stay one row, not become
+    `width` one-element rows."""
+    table = rng.standard_normal((300, 4096)).astype(np.float32)
+    ids = np.full(index_shape, 123, dtype=np.int32)
+    result = run(gather, [table, ids], (*index_shape, 4096), "float32", kind="embedding")
+    assert np.array_equal(result.output, table[ids])
+
+
 def test_embedding_timing_does_not_need_index_values():
     """A BERT-sized table: the indices' values are unknown in a timing-only run."""
     result = run(gather, [ArraySpec((30522, 1024), "float32"), ArraySpec((1, 128), "int32")],

@@ -198,8 +198,11 @@ def _quiet_torch() -> Iterator[None]:
 
 @contextmanager
 def inference_mode(model: Any) -> Iterator[None]:
-    """eval() and, for Hugging Face models, use_cache=False; restored afterwards."""
-    was_training = getattr(model, "training", False)
+    """eval() and, for Hugging Face models, use_cache=False; restored afterwards. Each submodule
+    gets its own mode back: ``train()`` on the root would switch on the dropout of an eval-mode
+    model wrapped in a train-mode module (the user's eager model would then change its answers)."""
+    modules = list(model.modules()) if hasattr(model, "modules") else []
+    modes = [m.training for m in modules]
     config = getattr(model, "config", None)
     had_cache = config is not None and hasattr(config, "use_cache")
     old_cache = getattr(config, "use_cache", None) if had_cache else None
@@ -212,8 +215,8 @@ def inference_mode(model: Any) -> Iterator[None]:
     finally:
         if had_cache:
             config.use_cache = old_cache
-        if was_training:
-            model.train()
+        for module, mode in zip(modules, modes, strict=True):
+            module.training = mode
 
 
 # --- translation ----------------------------------------------------------------------------

@@ -17,12 +17,13 @@ not supported.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
-from trnsim.isa import DmaIndirect, Memory, NGather
+from trnsim.isa import AccessPattern, DmaIndirect, Memory, NGather
 from trnsim.kernels.layout import (
     P,
     ceil_div,
@@ -102,8 +103,6 @@ def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
     trace = current_trace()
     trace.flush()
     decl = trace.builder.program.tensors[table._storage.name]
-    from trnsim.isa import AccessPattern
-
     dtype = table.dtype_spec
     total = decl.nbytes // dtype.itemsize
     run = _largest_divisor(total, MAX_FREE_SIZE)
@@ -111,8 +110,20 @@ def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
     # the 65535 free-size limit of an access pattern for any table over 64K elements
     extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=total // run,
                            partition_step=run, dims=((1, run),), tensor=decl.name)
-    trace.emit_now(DmaIndirect, dst=dst.access(), src=src.access(), index=ids.access(),
-                   indexed="src", row_step=int(step), extent=extent)
+    rows = ids.shape[0]
+    trace.emit_now(DmaIndirect, dst=_rows_access(dst, rows), src=_rows_access(src, rows),
+                   index=ids.access(), indexed="src", row_step=int(step), extent=extent)
+
+
+def _rows_access(tile: Tile, rows: int) -> AccessPattern:
+    """`tile` as an HBM pattern of `rows` partitions. HBM patterns drop size-1 axes, so a single
+    gathered row [1, width] would otherwise read as `width` partitions of one element."""
+    ap = tile.access()
+    if rows != 1 or ap.partitions == 1:
+        return ap
+    inner = () if ap.dims == ((1, 1),) else ap.dims
+    return dataclasses.replace(ap, partitions=1, partition_step=0,
+                               dims=((ap.partition_step, ap.partitions), *inner))
 
 
 def _largest_divisor(n: int, limit: int) -> int:

@@ -1,0 +1,89 @@
+"""One token-generation step of a Hugging Face causal LM, as a model `trace` can compile.
+
+Prefill (the prompt) and decode (each further token) stress different parts of a chip: prefill
+is matmul-bound, decode reads every weight and the whole KV cache to produce one token per
+sequence, so it is bound by memory bandwidth. Neuron's LLM stacks compile the two as separate
+graphs; this does the same for any model whose forward takes ``past_key_values``:
+
+    step, inputs = trnsim.decode_step(model, batch=1, context=512)
+    compiled = trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge")
+    print(compiled.report())   # latency = time per output token at a 512-token context
+
+The KV cache is an input (``past_keys`` / ``past_values``: one [batch, kv_heads, context,
+head_dim] tensor per layer) and the output is the next token's logits. The cache is appended to
+with ``torch.cat`` (Hugging Face's ``DynamicCache``), so the step copies the cache once per layer;
+Neuron's stacks write the new entry in place. At short contexts the weights dominate and the
+copy costs a few percent; at long contexts and large batches this step over-states the cache's
+traffic (the report's ``k.concat`` row shows how much).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trnsim.errors import InvalidArgumentError
+
+
+def decode_step(model: Any, *, batch: int = 1, context: int = 128, seed: int = 0
+                ) -> tuple[DecodeStep, dict[str, Any]]:
+    """`model` wrapped to generate one token after `context` cached tokens, and example inputs:
+    random token ids and a KV cache in the model's dtype (zeros for a model on the meta device)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "num_hidden_layers"):
+        raise InvalidArgumentError(
+            f"decode_step needs a Hugging Face causal LM (a model with a config); got "
+            f"{type(model).__name__}")
+    if batch < 1 or context < 1:
+        raise InvalidArgumentError(f"decode_step: batch and context must be >= 1; got batch "
+                                   f"{batch}, context {context}")
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and context + 1 > limit:
+        raise InvalidArgumentError(f"decode_step: context {context} + 1 new token exceeds the "
+                                   f"model's max_position_embeddings ({limit})")
+    shape = (batch, _kv_heads(config), context, _head_dim(config))
+    param = next(model.parameters())
+    dtype = param.dtype
+    generator = torch.Generator().manual_seed(seed)
+
+    def cache() -> tuple[Any, ...]:
+        if param.device.type == "meta":
+            return tuple(torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers))
+        return tuple(torch.randn(shape, generator=generator).to(dtype)
+                     for _ in range(config.num_hidden_layers))
+
+    ids = torch.randint(0, min(int(getattr(config, "vocab_size", 1000)), 1000), (batch, 1),
+                        generator=generator)
+    step = DecodeStep(model)
+    step.training = model.training  # a new module starts in train mode; mirror the model's
+    return step, {"input_ids": ids, "past_keys": cache(), "past_values": cache()}
+
+
+def _kv_heads(config: Any) -> int:
+    return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+
+
+def _head_dim(config: Any) -> int:
+    return int(getattr(config, "head_dim", None)
+               or config.hidden_size // config.num_attention_heads)
+
+
+class DecodeStep(torch.nn.Module):
+    """``logits = model(input_ids, past_key_values=cache(past_keys, past_values))[:, -1]``."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, past_keys, past_values):
+        from transformers import DynamicCache
+
+        if len(past_keys) != len(past_values):
+            raise InvalidArgumentError(f"decode step: {len(past_keys)} key caches but "
+                                       f"{len(past_values)} value caches")
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k, v) in enumerate(zip(past_keys, past_values, strict=True)):
+            cache.update(k, v, layer)
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        return out.logits[:, -1]

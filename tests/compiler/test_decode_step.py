@@ -1,0 +1,69 @@
+"""decode_step: one generated token against a KV cache compiles and matches eager PyTorch."""
+
+import pytest
+
+import trnsim
+from trnsim.errors import InvalidArgumentError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=500)
+
+
+def _model(kind: str):
+    torch.manual_seed(0)
+    config = {
+        "llama": lambda: transformers.LlamaConfig(**_TINY),
+        # context 40 > window 16: the sliding-window mask must reach the compiled step
+        "mistral": lambda: transformers.MistralConfig(**_TINY, sliding_window=16),
+        "gpt2": lambda: transformers.GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=500),
+    }[kind]()
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
+def test_decode_step_matches_eager(kind):
+    model = _model(kind)
+    step, inputs = trnsim.decode_step(model, batch=2, context=40)
+    assert inputs["input_ids"].shape == (2, 1)
+    assert inputs["past_keys"][0].shape[2] == 40
+    with torch.no_grad():
+        expected = step(**inputs)
+    compiled = trnsim.trace(step, (), kwargs=inputs, instance="trn1.2xlarge", auto_cast="none")
+    got = compiled(**inputs)
+    assert got.shape == expected.shape == (2, 500)
+    assert float((got - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
+    # the user's eager model answers as before (GPT-2's dropout stays off after the trace)
+    with torch.no_grad():
+        assert torch.equal(step(**inputs), expected)
+
+
+def test_a_longer_context_costs_more_time():
+    model = _model("llama")
+    times = []
+    for context in (64, 1024):
+        step, inputs = trnsim.decode_step(model, batch=8, context=context)
+        times.append(trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge").report()
+                     .latency_ms)
+    assert times[1] > times[0]
+
+
+def test_a_meta_model_is_timed_with_a_zero_cache():
+    with trnsim.empty_weights():
+        model = _model("llama")
+    step, inputs = trnsim.decode_step(model, batch=1, context=16)
+    assert all(not k.any() for k in inputs["past_keys"])
+    report = trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge").report()
+    assert report.latency_ms > 0
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(InvalidArgumentError, match="causal LM"):
+        trnsim.decode_step(torch.nn.Linear(2, 2))
+    model = _model("gpt2")  # 1024 positions
+    with pytest.raises(InvalidArgumentError, match="max_position_embeddings"):
+        trnsim.decode_step(model, context=1024)
+    with pytest.raises(InvalidArgumentError, match="context 0"):
+        trnsim.decode_step(model, context=0)
