@@ -164,6 +164,29 @@ def test_llm_zoo_entries_have_their_published_sizes(name, params):
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, rel=2e-3)
 
 
+def test_decode_rows_time_one_token_against_a_kv_cache(tiny_zoo, monkeypatch, capsys):
+    """--decode: a causal LM generates one token per sequence after --seq cached tokens; that is
+    faster than its 64-token prompt, and an encoder is refused by name before any compile."""
+    name = "llama-tiny-test"
+    monkeypatch.setitem(zoo.ZOO, name, zoo.ZooEntry(name, "causal-lm", zoo._hf(
+        "LlamaForCausalLM", "LlamaConfig", hidden_size=128, intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=500), 64))
+    prompt = bench.run_case(name, 4, None, "inf2.xlarge")
+    token = bench.run_case(name, 4, None, "inf2.xlarge", decode=True, check_numerics=True)
+    assert token.decode and token.seq == 64 and not prompt.decode
+    assert 0 < token.latency_ms < prompt.latency_ms
+    assert token.numerics["max_abs_error_over_output_scale"] < 0.02  # bf16 matmuls
+    out = _run_cli(capsys, "bench", "--models", name, "--instances", "inf2.xlarge", "--batch",
+                   "4", "--decode", "--seq", "32").out
+    assert "context" in out and "tok/s" in out and "$/token" in out
+    row = next(line for line in out.splitlines() if name in line)
+    assert row.split()[1:3] == ["4", "32"]
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--models", TINY, "--decode"])
+    assert stop.value.code == 2
+    assert "not a causal LM" in capsys.readouterr().err
+
+
 def test_vision_rows_have_no_sequence_length(tiny_zoo, monkeypatch, capsys):
     """An image model's row says '-' for the sequence length (its input is a 224x224 image), and
     its patch embedding compiles (a patchify convolution is one matmul)."""

@@ -64,18 +64,21 @@ def _ms(value, published=None, error=None) -> str:
 def bench_table(results, instances) -> Table:
     from trnsim.perf.bench import comparison_rows
 
-    table = Table(box=box.SIMPLE_HEAD, title="trnsim bench: latency per inference batch, one "
-                  "NeuronCore per model; throughput with one copy per NeuronCore")
-    for col in ("model", "batch", "seq"):
+    decode = any(r.decode for r in results)
+    what, unit = ("per generated token (decode: one new token per sequence after `context` "
+                  "cached tokens)", "token") if decode else ("per inference batch", "inference")
+    table = Table(box=box.SIMPLE_HEAD, title=f"trnsim bench: latency {what}, one NeuronCore per "
+                  "model; throughput with one copy per NeuronCore")
+    for col in ("model", "batch", "context" if decode else "seq"):
         table.add_column(col)
     for inst in instances:
         table.add_column(f"{inst} ms", justify="right")
     if len(instances) > 1:
         table.add_column(f"{instances[-1]} speed-up vs {instances[0]}", justify="right")
     for inst in instances:
-        table.add_column(f"{inst} inf/s", justify="right")
+        table.add_column(f"{inst} {'tok' if decode else 'inf'}/s", justify="right")
     for inst in instances:
-        table.add_column(f"{inst} $/inference", justify="right")
+        table.add_column(f"{inst} $/{unit}", justify="right")
     for row in comparison_rows(results, instances):
         cells = row["by_instance"]
         line = [row["model"], str(row["batch"]), "-" if row["seq"] is None else str(row["seq"])]
@@ -93,7 +96,7 @@ def bench_table(results, instances) -> Table:
 def results_csv(results) -> str:
     out = io.StringIO()
     fields = ["model", "batch", "seq", "instance", "latency_ms", "published_ms", "error_pct",
-              "throughput_per_s", "cost_per_inference_usd", "copies"]
+              "throughput_per_s", "cost_per_inference_usd", "copies", "decode"]
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for r in results:
@@ -124,6 +127,10 @@ def bench_command(
     plot: str = typer.Option(None, "--plot", help="Write a grouped bar chart PNG here."),
     check_numerics: bool = typer.Option(False, "--check-numerics",
                                         help="Also run functionally and compare with PyTorch."),
+    decode: bool = typer.Option(False, "--decode",
+                                help="Causal LMs: time one generated token per sequence with a "
+                                     "KV cache of --seq tokens (trnsim.decode_step), instead of "
+                                     "the prompt; throughput is then tokens/s."),
 ) -> None:
     from trnsim.perf import bench
 
@@ -151,14 +158,14 @@ def bench_command(
             done[0] += 1
 
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
-                                   check_numerics=check_numerics, progress=step)
+                                   check_numerics=check_numerics, decode=decode, progress=step)
         progress.advance(task)
     if plot:
         from trnsim.perf.plot import bench_plot
 
         bench_plot(results, instance_list, plot)
     if as_json:
-        rows = [{k: row[k] for k in ("model", "batch", "seq", "speedup")}
+        rows = [{k: row[k] for k in ("model", "batch", "seq", "decode", "speedup")}
                 for row in bench.comparison_rows(results, instance_list)]
         typer.echo(json.dumps({"auto_cast": _casts(results), "auto_cast_type": "bf16",
                                "results": [r.to_dict() for r in results],

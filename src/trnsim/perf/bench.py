@@ -9,6 +9,10 @@ throughput with one copy per NeuronCore, and cost per inference.
 Timing does not depend on weight values, so timing-only cases build models with their parameters
 on the meta device (`trnsim.empty_weights`: no memory, no initialisation); `check_numerics`
 builds them properly and compares with eager PyTorch.
+
+``decode=True`` times a causal LM per generated token instead (`trnsim.decode_step`): one new
+token per sequence after ``seq`` cached tokens, so throughput is tokens/s and cost per inference
+is cost per token.
 The compile cache keeps programs and reports, so a warm run only captures.
 """
 
@@ -30,7 +34,7 @@ DEFAULT_BATCHES = (1, 10)
 class BenchResult:
     model: str
     batch: int
-    seq: int | None  # None: a vision model (its input is an image)
+    seq: int | None  # None: a vision model (its input is an image); decode: the cached context
     instance: str
     auto_cast: str  # what the compile used (the instance compiler's default unless asked)
     latency_ms: float
@@ -44,6 +48,7 @@ class BenchResult:
     cache_hit: bool = False
     seconds: float = 0.0
     numerics: dict = field(default_factory=dict)
+    decode: bool = False  # one generated token per sequence, not the whole input
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,13 +59,14 @@ def comparison_rows(results: list[BenchResult], instances: tuple[str, ...]) -> l
     instance's speed-up over the first (first latency / last latency)."""
     cases: dict[tuple, dict[str, BenchResult]] = {}
     for r in results:
-        cases.setdefault((r.model, r.batch, r.seq), {})[r.instance] = r
+        cases.setdefault((r.model, r.batch, r.seq, r.decode), {})[r.instance] = r
     rows = []
-    for (model, batch, seq), by_instance in cases.items():
+    for (model, batch, seq, decode), by_instance in cases.items():
         first, last = by_instance.get(instances[0]), by_instance.get(instances[-1])
         speedup = (first.latency_ms / last.latency_ms
                    if len(instances) > 1 and first and last and last.latency_ms > 0 else None)
-        rows.append({"model": model, "batch": batch, "seq": seq, "speedup": speedup,
+        rows.append({"model": model, "batch": batch, "seq": seq, "decode": decode,
+                     "speedup": speedup,
                      "by_instance": {i: by_instance.get(i) for i in instances}})
     return rows
 
@@ -88,9 +94,11 @@ def build_model(name: str, *, initialise: bool):
 
 
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
-             auto_cast_type: str = "bf16", check_numerics: bool = False, model=None) -> BenchResult:
+             auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
+             decode: bool = False) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
-    warm compile cache only the capture runs (the program and its report are cached)."""
+    warm compile cache only the capture runs (the program and its report are cached).
+    `decode`: one generated token per sequence after `seq` cached tokens."""
     from trnsim.runtime import trace
 
     start = time.perf_counter()
@@ -98,7 +106,10 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     seq = None if entry.family == "vision" else (seq or entry.default_seq)
     spec = hardware.instance(instance)
     model = model if model is not None else build_model(name, initialise=check_numerics)
-    inputs = entry.inputs(batch, seq)
+    if decode:
+        model, inputs = entry.decode_inputs(model, batch, seq)
+    else:
+        inputs = entry.inputs(batch, seq)
     compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
                      auto_cast_type=auto_cast_type)
     report = compiled.report()
@@ -108,8 +119,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
                          throughput_per_s=report.throughput_per_s,
                          cost_per_inference_usd=report.cost_per_inference_usd,
                          copies=report.copies, bound=report.bound,
-                         cache_hit=bool(compiled.meta.get("cache_hit")))
-    published = published_latency(name, spec.name, batch, seq)
+                         cache_hit=bool(compiled.meta.get("cache_hit")), decode=decode)
+    published = None if decode else published_latency(name, spec.name, batch, seq)
     if published is not None:
         result.published_ms = published
         result.error_pct = 100.0 * (result.latency_ms - published) / published
@@ -143,9 +154,14 @@ def model_latency_ms(name: str, instance: str, batch: int, seq: int | None,
 
 def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAULT_BATCHES,
                seqs: dict[str, int] | int | None = None, *, auto_cast: str | None = None,
-               auto_cast_type: str = "bf16", check_numerics: bool = False,
+               auto_cast_type: str = "bf16", check_numerics: bool = False, decode: bool = False,
                progress: Callable[[str], None] | None = None) -> list[BenchResult]:
     results = []
+    entries = [zoo_model(name) for name in models]
+    if decode:  # refuse an encoder before compiling anything
+        for entry in entries:
+            if entry.family != "causal-lm":
+                entry.decode_inputs(None, 1)
     for name in models:
         entry = zoo_model(name)
         seq = seqs.get(name, entry.default_seq) if isinstance(seqs, dict) else (seqs or entry.default_seq)
@@ -153,11 +169,13 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
         for batch in batches:
             for instance in instances:
                 if progress:
-                    progress(f"{name} batch {batch}" + (f" seq {seq}" if entry.family != "vision"
-                                                        else "") + f" on {instance}")
+                    where = f" context {seq}" if decode else f" seq {seq}"
+                    progress(f"{name} batch {batch}" + (where if entry.family != "vision" else "")
+                             + (" decode" if decode else "") + f" on {instance}")
                 if model is None:
                     model = build_model(name, initialise=check_numerics)
                 results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
                                         auto_cast_type=auto_cast_type,
-                                        check_numerics=check_numerics, model=model))
+                                        check_numerics=check_numerics, model=model,
+                                        decode=decode))
     return results

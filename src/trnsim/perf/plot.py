@@ -40,8 +40,11 @@ def bench_plot(results, instances, path: str) -> dict:
             ax_lat.scatter([p[0] for p in published], [p[1] for p in published], marker="_",
                            s=400, color="black", zorder=3,
                            label="published" if i == len(instances) - 1 else None)
-    labels = [f"{m.split('-')[0]}\nb{b} s{s}" for m, b, s in cases]
-    for ax, title in ((ax_lat, "latency (ms)"), (ax_cost, "cost per million inferences ($)")):
+    decode = any(r.decode for r in results)
+    labels = [f"{m.split('-')[0]}\nb{b} {'ctx' if decode else 's'}{s}" for m, b, s in cases]
+    unit = "token" if decode else "inference"
+    for ax, title in ((ax_lat, "latency per token (ms)" if decode else "latency (ms)"),
+                      (ax_cost, f"cost per million {unit}s ($)")):
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels)
         ax.set_title(title)

@@ -18,9 +18,20 @@ from trnsim.errors import UnknownNameError
 @dataclass(frozen=True)
 class ZooEntry:
     name: str
-    family: str  # "text" or "vision"
+    family: str  # "text", "causal-lm" (text that can also be timed per generated token) or "vision"
     build: Callable[[], object]  # -> an eval-mode torch.nn.Module
     default_seq: int = 128
+
+    def decode_inputs(self, model, batch: int, context: int | None = None) -> tuple[object, dict]:
+        """`model` as one token-generation step after `context` cached tokens, and its inputs."""
+        from trnsim.compiler.decode_step import decode_step
+        from trnsim.errors import InvalidArgumentError
+
+        if self.family != "causal-lm":
+            decoders = sorted(e.name for e in ZOO.values() if e.family == "causal-lm")
+            raise InvalidArgumentError(f"{self.name} is not a causal LM, so it has no decode "
+                                       f"step; models with one: {', '.join(decoders)}")
+        return decode_step(model, batch=batch, context=context or self.default_seq)
 
     def inputs(self, batch: int, seq: int | None = None) -> dict:
         import torch
@@ -80,14 +91,15 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
                                                    num_hidden_layers=12, num_attention_heads=12,
                                                    intermediate_size=3072, image_size=224,
                                                    patch_size=16)),
-    # decoder LLMs with their LM head, timed on a prompt (prefill) of `seq` tokens; build them
-    # under trnsim.empty_weights() unless the host has the memory for fp32 weights
-    ZooEntry("llama-3.2-1b", "text", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
-    ZooEntry("llama-2-7b", "text", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=4096,
+    # decoder LLMs with their LM head, timed on a prompt (prefill) of `seq` tokens, or with
+    # bench --decode per generated token after `seq` cached tokens; build them under
+    # trnsim.empty_weights() unless the host has the memory for fp32 weights
+    ZooEntry("llama-3.2-1b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
+    ZooEntry("llama-2-7b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=4096,
                                        intermediate_size=11008, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=32,
                                        vocab_size=32000, max_position_embeddings=4096)),
-    ZooEntry("mistral-7b", "text", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
+    ZooEntry("mistral-7b", "causal-lm", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
                                        intermediate_size=14336, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=8,
                                        vocab_size=32000, sliding_window=4096)),
