@@ -30,6 +30,7 @@ from trnsim.isa.instruction import (
     ExecutionState,
     Instruction,
     cycles_to_ns,
+    field_names,
     streaming_cost,
 )
 from trnsim.isa.mx import LoadStationaryMx, MultiplyMovingMx, QuantizeMx
@@ -163,6 +164,7 @@ __all__ = [
     "activation_function",
     "alu_op",
     "cycles_to_ns",
+    "field_names",
     "hbm",
     "psum",
     "register_ref",

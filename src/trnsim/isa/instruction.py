@@ -15,6 +15,8 @@ read-after-write chain pays the full latency each step.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar, Protocol
@@ -81,6 +83,13 @@ class ExecutionState(Protocol):
 
     def random_uniform(self, shape: tuple[int, ...]) -> np.ndarray:
         """Float32 uniform [0, 1) from the core's seeded counter-based generator."""
+
+
+@functools.cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """An instruction class's dataclass fields, once per class: compilers walk the operands of
+    millions of instructions and `dataclasses.fields` costs more than the walk."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def cycles_to_ns(cycles: float, clock_hz: float) -> float:

@@ -100,27 +100,39 @@ def bound_fractions(profile) -> dict[str, float]:
 
 
 def kernel_times(profile) -> list[KernelTime]:
-    """Per kernel (instruction label): span, TensorE busy time, DMA bytes, FLOPs."""
+    """Per kernel (instruction label): span, TensorE busy time, DMA bytes, FLOPs; kernels in the
+    order their first instruction ran. Grouped with numpy: a 7B model's decode step runs about
+    two million instructions in 600 kernels."""
     program = profile.program
     pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
-    labels = np.array([program.instructions[int(pc)].label for pc in pcs], dtype=object)
+    codes: dict[str, int] = {}
+    by_pc = np.array([codes.setdefault(ins.label, len(codes)) for ins in program.instructions],
+                     dtype=np.int64)
+    names = list(codes)
     sources = {ins.label: ins.source for ins in program.instructions}
-    is_tensor = np.array([engine_name(int(c)) == "tensor" for c in profile.stream])
+    kernel = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
+    count = len(names)
+    is_tensor = np.isin(profile.stream, [c for c in np.unique(profile.stream)
+                                         if engine_name(int(c)) == "tensor"])
     is_dma = profile.stream >= DMA_BASE
-    out = []
-    order = {}
-    for i, label in enumerate(labels):
-        order.setdefault(label, i)
-    for label in sorted(order, key=order.get):
-        mask = labels == label
-        busy = profile.end_ns[mask & is_tensor] - profile.start_ns[mask & is_tensor]
-        out.append(KernelTime(
-            label=label, op=label.split(":")[0], source=sources.get(label),
-            instructions=int(mask.sum()), start_ns=float(profile.start_ns[mask].min()),
-            end_ns=float(profile.done_ns[mask].max()), tensor_busy_ns=float(busy.sum()),
-            dma_bytes=int(profile.nbytes[mask & is_dma].sum()),
-            flops=int(profile.flops[mask].sum())))
-    return out
+    first = np.full(count, len(kernel), dtype=np.int64)
+    np.minimum.at(first, kernel, np.arange(len(kernel)))
+    start = np.full(count, np.inf)
+    np.minimum.at(start, kernel, profile.start_ns)
+    end = np.full(count, -np.inf)
+    np.maximum.at(end, kernel, profile.done_ns)
+    busy = np.bincount(kernel[is_tensor], weights=(profile.end_ns - profile.start_ns)[is_tensor],
+                       minlength=count)
+    dma_bytes = np.zeros(count, dtype=np.int64)
+    np.add.at(dma_bytes, kernel[is_dma], np.asarray(profile.nbytes, dtype=np.int64)[is_dma])
+    flops = np.zeros(count, dtype=np.int64)
+    np.add.at(flops, kernel, np.asarray(profile.flops, dtype=np.int64))
+    instructions = np.bincount(kernel, minlength=count)
+    ran = [k for k in np.argsort(first, kind="stable") if instructions[k]]
+    return [KernelTime(label=names[k], op=names[k].split(":")[0], source=sources.get(names[k]),
+                       instructions=int(instructions[k]), start_ns=float(start[k]),
+                       end_ns=float(end[k]), tensor_busy_ns=float(busy[k]),
+                       dma_bytes=int(dma_bytes[k]), flops=int(flops[k])) for k in ran]
 
 
 def by_op(kernels: list[KernelTime]) -> dict[str, dict]:

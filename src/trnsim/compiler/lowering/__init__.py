@@ -24,7 +24,7 @@ from trnsim.compiler.lowering.hbm import reuse_internal_hbm
 from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError, UnsupportedError
-from trnsim.isa import Program
+from trnsim.isa import AccessPattern, Memory, Program, field_names
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -409,20 +409,32 @@ def _args_key(fn, args, kwargs, names: list[str]) -> tuple:
 
 def _retarget(ins, rename: dict[str, str], label: str, source: str | None):
     """A copy of a template instruction touching this call's HBM tensors."""
-    from trnsim.isa import AccessPattern, Memory
-
     def swap(value):
         if isinstance(value, AccessPattern):
             if value.memory is Memory.HBM and value.tensor in rename:
                 return dataclasses.replace(value, tensor=rename[value.tensor])
             return value
         if isinstance(value, tuple):
-            return tuple(swap(v) for v in value)
+            swapped = tuple(swap(v) for v in value)
+            return value if all(a is b for a, b in zip(swapped, value, strict=True)) else swapped
         return value
 
-    changes = {f.name: swap(getattr(ins, f.name)) for f in dataclasses.fields(ins)
-               if f.name not in ("source", "label", "engine")}
-    return dataclasses.replace(ins, source=source, label=label, **changes)
+    # a shallow copy with the swapped fields set: what dataclasses.replace gives (the only
+    # __post_init__ work, normalising `engine`, is already done) at a fraction of its cost
+    new = object.__new__(type(ins))
+    new.__dict__.update(ins.__dict__)
+    for name in field_names(type(ins)):
+        if name not in _KEPT_FIELDS:
+            value = getattr(ins, name)
+            swapped = swap(value)
+            if swapped is not value:
+                object.__setattr__(new, name, swapped)
+    object.__setattr__(new, "source", source)
+    object.__setattr__(new, "label", label)
+    return new
+
+
+_KEPT_FIELDS = frozenset({"source", "label", "engine"})
 
 
 def leaf_data(graph: Graph, node: Node, *, kn: bool = False, rank: int = 0) -> np.ndarray:

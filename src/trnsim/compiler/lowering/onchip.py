@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trnsim.isa import AccessPattern, Memory, Program
+from trnsim.isa import AccessPattern, Memory, Program, field_names
 
 
 def keep_on_chip(program: Program, core) -> list[str]:
@@ -75,9 +75,12 @@ def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
 
 
 def _hbm_operands(ins):
-    for f in dataclasses.fields(ins):
-        value = getattr(ins, f.name)
-        items = value if isinstance(value, tuple) else (value,)
-        for item in items:
-            if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
-                yield item
+    for name in field_names(type(ins)):
+        value = getattr(ins, name)
+        if isinstance(value, AccessPattern):
+            if value.memory is Memory.HBM:
+                yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
+                    yield item
