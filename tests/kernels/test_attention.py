@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import as_dtype, assert_close, loaded
-from trnsim.errors import UnsupportedError
+from trnsim.errors import LimitExceededError, UnsupportedError
 from trnsim.kernels import attention
 from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
@@ -45,6 +45,13 @@ CASES = [  # batch, sq, sk, d, dv, mask kind, k transposed, HBM dtype, compute d
     ((1, 2), 70, 90, 64, 64, "bool", False, "float32", "float16"),
     ((1, 2), 128, 128, 64, 64, "bias", False, "float32", "float8_e4m3"),
     ((2, 2), 64, 64, 32, 32, "causal", False, "float32", "float8_e4m3"),
+    # over 2048 keys: online softmax across key chunks
+    ((2,), 300, 4500, 64, 64, "bias", False, "float32", "bfloat16"),
+    ((1, 3), 64, 4200, 128, 64, "bool", False, "float32", "bfloat16"),
+    ((1, 2), 1, 4500, 128, 128, "none", False, "bfloat16", "bfloat16"),  # a decode step
+    ((1, 1), 2300, 2300, 64, 64, "causal", False, "bfloat16", "bfloat16"),
+    ((1, 2), 128, 5000, 64, 64, "causal", False, "float32", "bfloat16"),  # chunks 2, 3 skipped
+    ((1, 16), 256, 6000, 128, 64, "none", False, "bfloat16", "bfloat16"),  # 3 heads at a time
 ]
 
 
@@ -100,3 +107,15 @@ def test_attention_limits_are_explicit(rng):
     q = rng.standard_normal((1, 4, 256)).astype(np.float32)
     with pytest.raises(UnsupportedError, match="head dim 256"):
         run(attention, [q, q, q], (1, 4, 256), "float32", scale=1.0)
+    big = ArraySpec((1, 1, 40000, 128), "bfloat16")  # one head's K^T and V: 160 KB/partition
+    with pytest.raises(LimitExceededError, match="40000 keys"):
+        run(attention, [big, big, big], (1, 1, 40000, 128), "bfloat16", scale=1.0)
+
+
+def test_long_causal_prefill_skips_the_upper_triangle():
+    """Causal attention over 6144 tokens computes scores for about half the keys of unmasked
+    (each query block stops at its last query), so it takes clearly less time."""
+    spec = ArraySpec((1, 2, 6144, 64), "bfloat16")
+    times = {kind: run(attention, [spec, spec, spec], (1, 2, 6144, 64), "bfloat16", scale=0.125,
+                       mask_kind=kind, target="inf2").total_ns for kind in ("none", "causal")}
+    assert 0.4 < times["causal"] / times["none"] < 0.8

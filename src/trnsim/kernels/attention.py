@@ -19,15 +19,27 @@ Layout (per batch item, the last batch axis read as heads, everything for 128 qu
 - Buffers allocated inside loop iterations rotate (trace ring allocator): the next batch item's
   K/V loads and transposes overlap this one's softmax.
 
-Limits: d <= 128 and sk <= 2048 (scores for a query tile stay in PSUM; a longer sequence needs
-an online-softmax variant, not implemented).
+Long sequences:
+
+- Keys beyond 2048 (the scores of 128 queries for one head fill 4 PSUM banks) are taken in
+  chunks of 2048 with an online softmax: each chunk's row maximum, row sum and unnormalised
+  P @ V are merged into running ones (rescaled by exp(old max - new max)), and the output is
+  divided by the final sum once. Under a causal mask, keys after a query block's last query are
+  skipped (whole chunks, and the tail of the chunk the diagonal crosses).
+- K^T, V and Q of the heads in flight stay in SBUF for the whole sequence; when they would take
+  more than half the kernel's SBUF budget, heads are taken a few at a time (each group reads
+  its own slice of Q, K and V once).
+
+Limits: d <= 128, and one head's K^T, V and Q must fit in half the SBUF budget (about 14K keys
+at d = 128 in bf16 on NeuronCore-v2); beyond that K and V would have to be streamed per query
+block, which is not implemented.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError, UnsupportedError
+from trnsim.errors import InvalidArgumentError, LimitExceededError, UnsupportedError
 from trnsim.kernels.layout import (
     BANK_FP32,
     Evictor,
@@ -39,6 +51,7 @@ from trnsim.kernels.layout import (
     hbm_view,
     kernel_scope,
     load_constant,
+    operand_budget_bytes,
     tiles,
 )
 from trnsim.nki import isa as nisa
@@ -72,28 +85,59 @@ def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile 
     if d > P:
         raise UnsupportedError(f"attention with head dim {d} > 128 (scores would need several "
                                f"contraction tiles) is not implemented")
-    if sk > MAX_KEYS:
-        raise UnsupportedError(f"attention over {sk} keys > {MAX_KEYS}: the scores of 128 "
-                               f"queries must fit in PSUM; an online-softmax kernel is needed")
     with kernel_scope("attention"):
         heads = batch[-1] if batch else 1
         outer = batch[:-1] if batch else ()
-        views = _HeadViews(out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed)
-        kernel = _Attention(views, heads, sq, sk, d, dv, float(scale), mask_kind,
-                            compute_dtype, k_transposed)
+        mask_heads = 0 if mask is None else (
+            heads if batch and hbm_strides(broadcast_to_shape(mask, (*batch, sq, sk)))[-3] else 1)
+        chunk = _heads_in_flight(heads, sq, sk, d, dv, compute_dtype, out.dtype, mask_heads)
+        kernels = [_Attention(_HeadViews(out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed,
+                                         (h0, hn)),
+                              hn, sq, sk, d, dv, float(scale), mask_kind, compute_dtype,
+                              k_transposed) for h0, hn in tiles(heads, chunk)]
         for index in (np.ndindex(*outer) if outer else [()]):
-            kernel.batch_item(tuple(int(i) for i in index))
+            for kernel in kernels:
+                kernel.batch_item(tuple(int(i) for i in index))
+
+
+def _heads_in_flight(heads: int, sq: int, sk: int, d: int, dv: int, compute_dtype, out_dtype,
+                     mask_heads: int) -> int:
+    """How many heads' K^T, V and Q stay in SBUF at once: all of them unless that takes more than
+    half the operand budget (the other half is the chunks' scores, probabilities and masks).
+    `mask_heads`: 0 without a mask, 1 for one shared by the heads, else the head count."""
+    item = as_dtype(compute_dtype).itemsize
+    per_pack = P // d if d in (32, 64) else 1
+    mask_bytes = 12 * min(sk, MAX_KEYS)  # fp32 raw and scaled values, two bf16 parts
+    per_head = (sk * item / per_pack + ceil_div(sk, P) * dv * item + ceil_div(sq, P) * d * item
+                + dv * as_dtype(out_dtype).itemsize + P * item / per_pack
+                + (mask_bytes if mask_heads > 1 else 0))
+    limit = operand_budget_bytes() // 2 - (mask_bytes if mask_heads == 1 else 0)
+    if heads * per_head <= limit:
+        return heads
+    fit = int(limit // per_head)
+    if fit < 1:
+        raise LimitExceededError(
+            "attention SBUF bytes per partition for one head's K^T, V and Q", int(per_head),
+            limit, context=f"{sk} keys, {sq} queries, head dim {d}; longer sequences need K "
+                           f"and V streamed per query block, not implemented")
+    return fit // per_pack * per_pack if fit >= per_pack else fit  # whole transpose packs
 
 
 class _HeadViews:
     """HBM views per outer batch index as [heads, s, x] (x = d, dv, or sk)."""
 
-    def __init__(self, out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed) -> None:
+    def __init__(self, out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed,
+                 head_range: tuple[int, int] | None = None) -> None:
         def full(t: Tile, tail: tuple[int, ...]) -> Tile:
             view = broadcast_to_shape(t, (*batch, *tail))
             if not batch:  # one head: add a head axis of size 1
                 steps = hbm_strides(view)
                 view = hbm_view(view, (1, *tail), (0, *steps))
+            elif head_range is not None and head_range != (0, batch[-1]):
+                h0, hn = head_range
+                shape, steps = list(view.shape), hbm_strides(view)
+                shape[len(batch) - 1] = hn
+                view = hbm_view(view, tuple(shape), steps, offset=h0 * steps[len(batch) - 1])
             return view
 
         self.out = full(out, (sq, dv))
@@ -124,6 +168,7 @@ class _Attention:
         self.heads_per_pack = P // d if d in (32, 64) else 1
         self.packs = ceil_div(heads, self.heads_per_pack)
         self.key_tiles = tiles(sk, P)
+        self.chunks = tiles(sk, MAX_KEYS)  # one pass up to 2048 keys; more: online softmax
         self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
         # masks are added on TensorE in a dtype that holds NEG: fp16 would turn it into -inf
         # (and 0 * inf = NaN in the identity matmul), fp8 into NaN; bf16 has fp32's range
@@ -185,6 +230,9 @@ class _Attention:
         groups: TensorE computes the scores of group i while VectorE finds the row maxima of
         group i-1, ScalarE exponentiates group i-2 and TensorE transposes and multiplies group
         i-3."""
+        if len(self.chunks) > 1:
+            self._online_query_block(index, q0, qr, q_rows, k_t, values)
+            return
         v = self.views
         q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
         self._transpose_rows(q_t, q_rows, qr)
@@ -215,8 +263,53 @@ class _Attention:
                                           rotating[j % 3].inverse, result)
         nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
 
+    def _online_query_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
+                            values: Tile) -> None:
+        """128 queries against more keys than PSUM holds: per chunk of 2048 keys and head group,
+        scores, row max, exponentials and the unnormalised P @ V, merged into a running max,
+        sum and output (fp32, SBUF); one division at the end."""
+        v = self.views
+        q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
+        self._transpose_rows(q_t, q_rows, qr)
+        run = _RunningSoftmax(self.heads, self.dv)
+        last_query = q0 + qr - 1
+        chunks = self.chunks
+        if self.mask_kind == "causal":  # keys after the last query are masked for every query
+            chunks = [(k0, min(kw, last_query + 1 - k0)) for k0, kw in chunks if k0 <= last_query]
+        scores = psum_tile(self.group, MAX_KEYS)
+        states = [_SoftmaxState(self.group, MAX_KEYS, self.dtype) for _ in range(2)]
+        # software-pipelined by one step: TensorE computes step i's scores (once step i-1's
+        # exponentials have read the shared PSUM buffer) before transposing step i-1's
+        # probabilities, so VectorE's row max of step i overlaps that work
+        pending: tuple | None = None
+        step = 0
+        for first, (k0, kw) in zip([True] + [False] * len(chunks), chunks, strict=False):
+            with kernel_scope("key chunk"):
+                mask = self._mask_terms(index, q0, qr, (k0, kw))
+                for h0, hn in tiles(self.heads, self.group):
+                    state = states[step % 2]
+                    step += 1
+                    chunk_scores = scores[:, :, 0:kw]
+                    self._scores((h0, hn), qr, q_t, k_t, chunk_scores, mask, (k0, kw))
+                    self._row_max(hn, qr, chunk_scores, state)
+                    self._exponentials(hn, qr, state, kw, normalise=False)
+                    if pending is not None:
+                        self._merge_chunk(run, values, qr, *pending)
+                    pending = (first, h0, hn, k0, kw, state)
+        if pending is not None:
+            self._merge_chunk(run, values, qr, *pending)
+        result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
+        run.finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
+        nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+
+    def _merge_chunk(self, run: _RunningSoftmax, values: Tile, qr: int, first: bool, h0: int,
+                     hn: int, k0: int, kw: int, state: _SoftmaxState) -> None:
+        with kernel_scope("weighted values"):
+            acc = self._values_product(h0, hn, qr, state.probs, values, k0, kw)
+            run.merge(first, h0, hn, qr, state, acc)
+
     def _scores(self, group: tuple[int, int], qr: int, q_t: Tile, k_t: Tile, scores: Tile,
-                mask: _MaskTerms | None) -> None:
+                mask: _MaskTerms | None, keys: tuple[int, int] | None = None) -> None:
         """scores[:, g, :] = Q_h K_h^T (+ mask / scale) for the heads of the group (fp32 PSUM).
 
         The mask is added on TensorE, accumulated into the same PSUM bank: a row shared by all
@@ -224,12 +317,13 @@ class _Attention:
         a high and a low part (~16 significant bits); TensorE has the slack, VectorE does not."""
         h0, hn = group
         d = self.d
+        k0, kw = keys or (0, self.sk)
         for g in range(hn):
             p, j = divmod(h0 + g, self.heads_per_pack)
-            for c0, cw in tiles(self.sk, BANK_FP32):
+            for c0, cw in tiles(kw, BANK_FP32):
                 view = scores[0:qr, g, c0:c0 + cw]
                 view[...] = nisa.nc_matmul(q_t[j * d:(j + 1) * d, p, 0:qr],
-                                           k_t[j * d:(j + 1) * d, p, c0:c0 + cw])
+                                           k_t[j * d:(j + 1) * d, p, k0 + c0:k0 + c0 + cw])
                 if mask is not None:
                     mask.accumulate(view, h0 + g, c0, cw)
 
@@ -244,14 +338,19 @@ class _Attention:
                                                        -self.scale)
         state.source = scores
 
-    def _exponentials(self, hn: int, qr: int, state: _SoftmaxState) -> None:
+    def _exponentials(self, hn: int, qr: int, state: _SoftmaxState, width: int | None = None,
+                      normalise: bool = True) -> None:
         """probs = exp(act_scale * source + neg_max) (compute dtype) with the row sums
-        accumulated by the same ScalarE instructions; inverse = 1 / sum (0 if nothing kept)."""
+        accumulated by the same ScalarE instructions; inverse = 1 / sum (0 if nothing kept)
+        unless `normalise` is off (a key chunk: the sums are merged first)."""
+        width = width or self.sk
         for g in range(hn):
-            state.probs[0:qr, g, :] = nisa.activation(
-                op=nl.exp, data=state.source[0:qr, g, :], scale=self.scale,
+            state.probs[0:qr, g, 0:width] = nisa.activation(
+                op=nl.exp, data=state.source[0:qr, g, 0:width], scale=self.scale,
                 bias=state.neg_max[0:qr, g:g + 1], reduce_op=nl.add,
                 reduce_res=state.sums[0:qr, g:g + 1], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        if not normalise:
+            return
         state.inverse[0:qr, 0:hn] = nisa.reciprocal(state.sums[0:qr, 0:hn])
         if self.mask_kind in ("bias", "bool"):  # rows with every key masked give 0
             kept = nisa.tensor_scalar(state.neg_max[0:qr, 0:hn], np.less, -NEG / 2,
@@ -261,62 +360,77 @@ class _Attention:
     def _weighted_values(self, h0: int, hn: int, qr: int, probs: Tile, values: Tile,
                          inverse: Tile, result: Tile) -> None:
         """result[:, heads] = (P^T)^T @ V / sum, transposing P on TensorE per 128 keys."""
-        key_tiles = self.key_tiles
+        acc = self._values_product(h0, hn, qr, probs, values, 0, self.sk)
+        result[0:qr, h0:h0 + hn, :] = nisa.tensor_tensor(
+            acc[0:qr, 0:hn, :], inverse.ap([[1, qr], [1, hn], [0, self.dv]]), np.multiply)
+
+    def _values_product(self, h0: int, hn: int, qr: int, probs: Tile, values: Tile, k0: int,
+                        kw: int) -> Tile:
+        """PSUM [128, group, dv] = P[:, keys k0..k0+kw] @ V[those keys] for the group's heads,
+        unnormalised; `probs` holds the chunk's keys from column 0, `values` every key tile."""
+        key_tiles = tiles(kw, P)
+        first_tile = k0 // P  # chunks start on a key tile (2048 is a multiple of 128)
         probs_t = nl.ndarray((P, len(key_tiles), self.group, P), dtype=self.dtype, buffer=nl.sbuf)
-        for t, (k0, kr) in enumerate(key_tiles):
+        for t, (c0, kr) in enumerate(key_tiles):
             for g0, gn in tiles(hn, 4):
                 with kernel_scope("probability transposes"):
                     bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
                     for j in range(gn):
-                        bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, k0:k0 + kr])
+                        bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, c0:c0 + kr])
                     self.evictor.copy(probs_t[0:kr, t, g0:g0 + gn, 0:qr],
                                       bank[0:kr, 0:gn, 0:qr])
         acc = psum_tile(self.group, self.dv, zeros=True)
         for g in range(hn):
             for t, (_, kr) in enumerate(key_tiles):
                 acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
-                                                  values[0:kr, t, h0 + g, :])
-        result[0:qr, h0:h0 + hn, :] = nisa.tensor_tensor(
-            acc[0:qr, 0:hn, :], inverse.ap([[1, qr], [1, hn], [0, self.dv]]), np.multiply)
+                                                  values[0:kr, first_tile + t, h0 + g, :])
+        return acc
 
     # --- masks ---------------------------------------------------------------------------------
-    def _mask_terms(self, index, q0: int, qr: int) -> _MaskTerms | None:
-        """The mask of 128 queries as what TensorE adds to the scores (mask / scale in bf16
-        parts), or None. Masked-out entries become NEG; a shared row is loaded once."""
+    def _mask_terms(self, index, q0: int, qr: int, keys: tuple[int, int] | None = None
+                    ) -> _MaskTerms | None:
+        """The mask of 128 queries (and keys k0..k0+kw) as what TensorE adds to the scores
+        (mask / scale in bf16 parts), or None. Masked-out entries become NEG; a shared row is
+        loaded once."""
         if self.mask_kind == "none":
             return None
         if self.scale == 0:
             raise UnsupportedError("attention with a mask and scale 0")
+        k0, kw = keys or (0, self.sk)
         if self.mask_kind == "causal":
-            high = nl.ndarray((P, 1, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
+            high = nl.ndarray((P, 1, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
             if has_gpsimd():
-                i_q, i_k = nl.mgrid[0:P, 0:self.sk]
-                zeros = nl.ndarray((P, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
-                zeros[...] = nisa.memset((P, self.sk), 0.0, self.mask_dtype)
-                high[:, 0, :] = nisa.affine_select(q0 + i_q - i_k >= 0, zeros, NEG / self.scale)
+                i_q, i_k = nl.mgrid[0:P, 0:kw]
+                zeros = nl.ndarray((P, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
+                zeros[...] = nisa.memset((P, kw), 0.0, self.mask_dtype)
+                high[:, 0, :] = nisa.affine_select(q0 - k0 + i_q - i_k >= 0, zeros,
+                                                   NEG / self.scale)
             else:
-                keep = q0 + np.arange(P)[:, None] - np.arange(self.sk)[None, :] >= 0
+                keep = q0 - k0 + np.arange(P)[:, None] - np.arange(kw)[None, :] >= 0
                 load_constant(high[:, 0, :], np.where(keep, 0.0, NEG / self.scale),
-                              f"causal_mask.q{q0}.k{self.sk}.s{self.scale:.6g}")
+                              f"causal_mask.q{q0}.k{kw}.s{self.scale:.6g}"
+                              + (f".from{k0}" if k0 else ""))
             return _MaskTerms(self.constants, [high], shared_rows=False, per_head=False)
         view = _HeadViews.at(self.views.mask, index)
         per_head = hbm_strides(view)[0] != 0
         shared_rows = hbm_strides(view)[1] == 0
         heads, rows = (self.heads if per_head else 1), (1 if shared_rows else qr)
-        raw = nl.ndarray((P, heads, self.sk), dtype=nl.float32, buffer=nl.sbuf)
+        if keys is not None:
+            view = view[:, :, k0:k0 + kw]
+        raw = nl.ndarray((P, heads, kw), dtype=nl.float32, buffer=nl.sbuf)
         raw[0:rows] = nl.load(_HeadViews.rows(view[0:heads], 0 if shared_rows else q0, rows))
-        value = nl.ndarray((P, heads, self.sk), dtype=nl.float32, buffer=nl.sbuf)
+        value = nl.ndarray((P, heads, kw), dtype=nl.float32, buffer=nl.sbuf)
         if self.mask_kind == "bool":  # keep -> 0, drop -> NEG (exact in bf16: one part)
             value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.not_equal, 0.0, op1=np.subtract,
                                                operand1=1.0, dtype=nl.float32)
-            high = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
+            high = nl.ndarray((P, heads, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
             high[0:rows] = nisa.tensor_scalar(value[0:rows], np.multiply, -NEG / self.scale)
             return _MaskTerms(self.constants, [high], shared_rows, per_head)
         value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.maximum, NEG, op1=np.multiply,
                                            operand1=1.0 / self.scale)
-        high = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
+        high = nl.ndarray((P, heads, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
         high[0:rows] = nisa.tensor_copy(value[0:rows])
-        low = nl.ndarray((P, heads, self.sk), dtype=self.mask_dtype, buffer=nl.sbuf)
+        low = nl.ndarray((P, heads, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
         low[0:rows] = nisa.tensor_tensor(value[0:rows], high[0:rows], np.subtract)
         return _MaskTerms(self.constants, [high, low], shared_rows, per_head)
 
@@ -371,6 +485,55 @@ class _SoftmaxState:
         self.inverse = nl.ndarray((P, group), dtype=nl.float32, buffer=nl.sbuf)
         self.probs = nl.ndarray((P, group, sk), dtype=dtype, buffer=nl.sbuf)
         self.source: Tile | None = None
+
+
+class _RunningSoftmax:
+    """Online softmax across key chunks for all heads of 128 queries (fp32, SBUF): the running
+    row maximum m, sum l and unnormalised output o. A chunk with maximum m_c, sum l_c and output
+    o_c merges as m' = max(m, m_c), l = l e^(m - m') + l_c e^(m_c - m'), likewise o."""
+
+    def __init__(self, heads: int, dv: int) -> None:
+        self.dv = dv
+        self.row_max = nl.ndarray((P, heads), dtype=nl.float32, buffer=nl.sbuf)
+        self.sums = nl.ndarray((P, heads), dtype=nl.float32, buffer=nl.sbuf)
+        self.out = nl.ndarray((P, heads, dv), dtype=nl.float32, buffer=nl.sbuf)
+
+    def merge(self, first: bool, h0: int, hn: int, qr: int, chunk: _SoftmaxState,
+              acc: Tile) -> None:
+        heads = slice(h0, h0 + hn)
+        chunk_max = nisa.tensor_scalar(chunk.neg_max[0:qr, 0:hn], np.multiply, -1.0)
+        if first:
+            self.row_max[0:qr, heads] = nisa.tensor_copy(chunk_max)
+            self.sums[0:qr, heads] = nisa.tensor_copy(chunk.sums[0:qr, 0:hn])
+            self.out[0:qr, heads, :] = nisa.tensor_copy(acc[0:qr, 0:hn, :])
+            return
+        new_max = nisa.tensor_tensor(self.row_max[0:qr, heads], chunk_max, np.maximum)
+        old_weight = nl.ndarray((P, hn), dtype=nl.float32, buffer=nl.sbuf)
+        new_weight = nl.ndarray((P, hn), dtype=nl.float32, buffer=nl.sbuf)
+        old_weight[0:qr] = nisa.activation(op=nl.exp, data=nisa.tensor_tensor(
+            self.row_max[0:qr, heads], new_max, np.subtract))
+        new_weight[0:qr] = nisa.activation(op=nl.exp, data=nisa.tensor_tensor(
+            chunk_max, new_max, np.subtract))
+        self.sums[0:qr, heads] = nisa.tensor_tensor(
+            nisa.tensor_tensor(self.sums[0:qr, heads], old_weight[0:qr], np.multiply),
+            nisa.tensor_tensor(chunk.sums[0:qr, 0:hn], new_weight[0:qr], np.multiply), np.add)
+        spread = [[1, qr], [1, hn], [0, self.dv]]
+        self.out[0:qr, heads, :] = nisa.tensor_tensor(
+            nisa.tensor_tensor(self.out[0:qr, heads, :], old_weight.ap(spread), np.multiply),
+            nisa.tensor_tensor(acc[0:qr, 0:hn, :], new_weight.ap(spread), np.multiply), np.add)
+        self.row_max[0:qr, heads] = nisa.tensor_copy(new_max)
+
+    def finish(self, qr: int, result: Tile, drop_empty_rows: bool) -> None:
+        """result = o / l; rows with every key masked out (m still at NEG) give 0."""
+        heads = self.sums.shape[1]
+        inverse = nl.ndarray((P, heads), dtype=nl.float32, buffer=nl.sbuf)
+        inverse[0:qr] = nisa.reciprocal(self.sums[0:qr])
+        if drop_empty_rows:
+            kept = nisa.tensor_scalar(self.row_max[0:qr], np.greater, NEG / 2, dtype=nl.float32)
+            inverse[0:qr] = nl.multiply(inverse[0:qr], kept)
+        result[0:qr] = nisa.tensor_tensor(self.out[0:qr],
+                                          inverse.ap([[1, qr], [1, heads], [0, self.dv]]),
+                                          np.multiply)
 
 
 def psum_tile(count: int, width: int, zeros: bool = False) -> Tile:
