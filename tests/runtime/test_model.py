@@ -49,6 +49,21 @@ def test_other_shapes_are_refused_with_both_shapes(compiled):
         c(torch.randn(4, 16, 128))
 
 
+@pytest.mark.parametrize("instance,contend", [("inf2.xlarge", False), ("inf1.xlarge", True)])
+def test_copies_that_cannot_contend_reuse_the_single_core_profile(instance, contend):
+    """Two inf2 cores' DMA (2 x 272 GB/s) cannot exceed the chip's 820 GiB/s of HBM, so the
+    loaded run is the single run, exactly as simulating both cores gives; four inf1 cores share
+    50 GiB/s of DRAM and are simulated together."""
+    from trnsim.sim import copies_contend, simulate_cores
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+    c = trnsim.trace(model.eval(), torch.randn(64, 256), instance=instance)
+    copies = c.chip.logical_cores()
+    assert copies_contend(c.program, copies, c.chip) is contend
+    together = simulate_cores([c.program] * copies, None, mode="timing", chip=c.chip)
+    assert [p.total_ns for p in c.loaded_timing(copies)] == [r.profile.total_ns for r in together]
+
+
 def test_report_arithmetic(compiled):
     _, _, c = compiled
     report = c.report()

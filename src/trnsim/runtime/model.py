@@ -179,10 +179,14 @@ class CompiledModel:
             return self._loaded
         copies = min(copies or self.chip.logical_cores(), self.chip.logical_cores())
         if self._loaded is None or len(self._loaded) != copies:
-            from trnsim.sim import simulate_cores
+            from trnsim.sim import copies_contend, simulate_cores
 
-            runs = simulate_cores([self.program] * copies, None, mode="timing", chip=self.chip)
-            self._loaded = [r.profile for r in runs]
+            if not copies_contend(self.program, copies, self.chip):
+                self._loaded = [self.timing()] * copies  # each copy runs as it does alone
+            else:
+                runs = simulate_cores([self.program] * copies, None, mode="timing",
+                                      chip=self.chip)
+                self._loaded = [r.profile for r in runs]
         return self._loaded
 
     def report(self, copies: int | None = None):

@@ -17,7 +17,7 @@ from trnsim.sim.chip import DEFAULT_CHIP, default_chip
 from trnsim.sim.memory import UNINITIALISED_BYTE, HbmSpace, OnChipMemory
 from trnsim.sim.perfetto import write_trace
 from trnsim.sim.profile import InstructionRecord, Profile, ProfileSummary, StreamSummary
-from trnsim.sim.run import RunResult, simulate, simulate_cores, simulate_system
+from trnsim.sim.run import RunResult, copies_contend, simulate, simulate_cores, simulate_system
 from trnsim.sim.scheduler import CoreScheduler
 from trnsim.sim.state import CoreState
 from trnsim.sim.sync import CoreSlot, World
@@ -36,6 +36,7 @@ __all__ = [
     "RunResult",
     "StreamSummary",
     "World",
+    "copies_contend",
     "default_chip",
     "simulate",
     "simulate_cores",

@@ -21,6 +21,7 @@ from trnsim.isa import Program
 from trnsim.numerics import cast
 from trnsim.sim.checks import check_array, check_chip, check_inputs, check_mode
 from trnsim.sim.chip import CoreRun, default_chip, make_schedulers, run_cores
+from trnsim.sim.dma import hbm_timeline
 from trnsim.sim.memory import HbmSpace
 from trnsim.sim.profile import Profile
 from trnsim.sim.state import CoreState
@@ -146,6 +147,20 @@ def _shared_values(shared) -> dict[str, np.ndarray | None]:
     if isinstance(shared, str):
         return {shared: None}
     return dict.fromkeys(shared)
+
+
+def copies_contend(program: Program, copies: int, chip) -> bool:
+    """Whether `copies` copies of one single-core program, run together on one chip, can slow
+    each other: only through the chip's HBM bandwidth, and only when their DMA engines together
+    can exceed it (`hbm_timeline`). If not, each copy runs exactly as it does alone, and a
+    caller may reuse that profile instead of simulating them all. Raises, as running them
+    would, when the copies do not fit in the chip's HBM."""
+    if isinstance(chip, str):
+        chip = hardware.chip(chip)
+    hbm = HbmSpace(chip.memory_bytes, chip.name)
+    for index in range(copies):
+        _reserve_tensors(hbm, program, index, {})
+    return hbm_timeline(chip, copies) is not None
 
 
 def _reserve_tensors(hbm: HbmSpace, program: Program, index: int,
