@@ -67,3 +67,26 @@ def test_bad_arguments_are_named():
         trnsim.decode_step(model, context=1024)
     with pytest.raises(InvalidArgumentError, match="context 0"):
         trnsim.decode_step(model, context=0)
+
+
+def test_grouped_query_heads_read_shared_k_and_v_without_copies():
+    """Llama's repeat_kv (4 query heads per KV head here) must not copy the cache once per
+    query head: attention runs over (batch, kv heads, group) on the broadcast K/V view."""
+    from trnsim.compiler.capture import capture
+    from trnsim.compiler.options import CompileOptions
+    from trnsim.compiler.passes import run_pipeline
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(
+        **{**_TINY, "num_attention_heads": 8})).eval()
+    step, inputs = trnsim.decode_step(model, batch=2, context=300)
+    graph = capture(step, (), inputs)
+    fused = run_pipeline(graph, CompileOptions(auto_cast="none"), stop_after="fuse_elementwise")
+    attention = [n for n in fused.nodes if n.op == "k.attention"]
+    assert len(attention) == 2
+    assert all(a.attrs["batch"] == (2, 2, 4) and a.inputs[1].op == "expand" for a in attention)
+    assert not [n for n in fused.nodes if n.op == "reshape" and n.inputs[0].op == "expand"]
+    with torch.no_grad():
+        expected = step(**inputs)
+    got = trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge", auto_cast="none")(**inputs)
+    assert float((got - expected).abs().max()) <= 1e-5 * float(expected.abs().max())

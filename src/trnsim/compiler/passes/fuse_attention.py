@@ -62,6 +62,8 @@ def _attention_node(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: N
     k_transposed = False
     if is_transpose_last2(k):
         k, k_transposed = k.inputs[0], True
+    if not k_transposed:
+        q, k, v, mask = _ungroup(rw, node, q, k, v, mask)
     batch = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     attrs: dict[str, Any] = {
         "scale": float(scale), "mask_kind": kind, "k_transposed": k_transposed,
@@ -72,6 +74,46 @@ def _attention_node(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: N
     if out.shape != node.shape:
         out = rw.emit("reshape", [out], {"shape": node.shape}, source=node.source)
     return out
+
+
+def _ungroup(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: Node | None
+             ) -> tuple[Node, Node, Node, Node | None]:
+    """Grouped-query attention without copying K and V once per query head.
+
+    Hugging Face's repeat_kv spells K (and V) of `kv` heads shared by `r` query heads as
+    reshape(expand(x[*b, kv, 1, s, d] -> [*b, kv, r, s, d]) -> [*b, kv * r, s, d]); merging a
+    broadcast axis into the head axis is no strided view, so it would be copied r times through
+    HBM (at a 4K-token decode step, most of the time). Instead the attention runs over batch
+    (*b, kv, r): K and V stay the broadcast view and Q is reshaped, both free."""
+    grouped = [_repeat_kv(t) for t in (k, v)]
+    if any(g is None for g in grouped) or grouped[0][1:] != grouped[1][1:]:
+        return q, k, v, mask
+    (k5, kv, r), (v5, _, _) = grouped
+    if q.rank != k.rank or q.shape[-3] != kv * r:
+        return q, k, v, mask
+    if mask is not None and mask.rank >= 3:
+        if mask.shape[-3] != 1:
+            return q, k, v, mask  # a per-head mask: keep the copy rather than regroup it
+        mask = rw.emit("reshape", [mask], {"shape": (*mask.shape[:-2], 1, *mask.shape[-2:])},
+                       source=node.source)
+    q5 = rw.emit("reshape", [q], {"shape": (*q.shape[:-3], kv, r, *q.shape[-2:])},
+                 source=node.source)
+    return q5, k5, v5, mask
+
+
+def _repeat_kv(t: Node) -> tuple[Node, int, int] | None:
+    """(the expanded [*b, kv, r, s, d] node, kv, r) if `t` is repeat_kv's reshape, else None."""
+    if t.op != "reshape" or t.inputs[0].op != "expand":
+        return None
+    expanded = t.inputs[0]
+    source = expanded.inputs[0]
+    if expanded.rank != t.rank + 1 or expanded.rank < 4 or source.rank != expanded.rank \
+            or source.shape[-3] != 1:
+        return None
+    *lead, kv, r, s, d = expanded.shape
+    if tuple(t.shape) != (*lead, kv * r, s, d):
+        return None
+    return expanded, kv, r
 
 
 def _common_float(*nodes: Node) -> str:
