@@ -119,3 +119,27 @@ def test_long_causal_prefill_skips_the_upper_triangle():
     times = {kind: run(attention, [spec, spec, spec], (1, 2, 6144, 64), "bfloat16", scale=0.125,
                        mask_kind=kind, target="inf2").total_ns for kind in ("none", "causal")}
     assert 0.4 < times["causal"] / times["none"] < 0.8
+
+
+@pytest.mark.parametrize("d,sk", [(64, 300), (128, 2500)])
+def test_grouped_query_attention_reads_shared_k_and_v_once(rng, d, sk):
+    """K and V of 2 KV heads, each shared by 4 query heads as a broadcast (stride-0) view: the
+    answer is repeat_kv's, and K/V cross DMA once per KV head, not once per query head."""
+    b, kv, r, sq = 1, 2, 4, 130
+    q = rng.standard_normal((b, kv * r, sq, d)).astype(np.float32)
+    k = rng.standard_normal((b, kv, sk, d)).astype(np.float32)
+    v = rng.standard_normal((b, kv, sk, d)).astype(np.float32)
+
+    def grouped(out, q_, k_, v_):
+        def shared(t):
+            return hbm_view(t, (b, kv, r, sk, d), (kv * sk * d, sk * d, 0, d, 1))
+
+        attention(hbm_view(out, (b, kv, r, sq, d), (kv * r * sq * d, r * sq * d, sq * d, d, 1)),
+                  hbm_view(q_, (b, kv, r, sq, d), (kv * r * sq * d, r * sq * d, sq * d, d, 1)),
+                  shared(k_), shared(v_), scale=d ** -0.5)
+
+    result = run(grouped, [q, k, v], (b, kv * r, sq, d), "float32", target="inf2")
+    want = reference(q, np.repeat(k, r, axis=1), np.repeat(v, r, axis=1), d ** -0.5)
+    assert_close(result.output, want, "float32", rtol=1.5e-2)
+    summary = result.profile.summary
+    assert summary.hbm_read_bytes <= 4 * (q.size + k.size * (128 // d) + v.size) * 1.01

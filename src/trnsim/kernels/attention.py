@@ -167,6 +167,10 @@ class _Attention:
         self.evictor = Evictor()
         self.heads_per_pack = P // d if d in (32, 64) else 1
         self.packs = ceil_div(heads, self.heads_per_pack)
+        # K or V shared by every head (grouped-query attention's broadcast view): loaded and
+        # transposed once, for one pack, instead of once per head
+        self.k_shared = heads > 1 and hbm_strides(views.k)[-3] == 0
+        self.v_shared = heads > 1 and hbm_strides(views.v)[-3] == 0
         self.key_tiles = tiles(sk, P)
         self.chunks = tiles(sk, MAX_KEYS)  # one pass up to 2048 keys; more: online softmax
         self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
@@ -186,19 +190,23 @@ class _Attention:
                 q_rows[0:qr, b, :, :] = nl.load(_HeadViews.rows(_HeadViews.at(v.q, index), q0,
                                                                 qr))
             k_t = self._keys_transposed(_HeadViews.at(v.k, index))
-            values = nl.ndarray((P, len(self.key_tiles), self.heads, self.dv), dtype=self.dtype,
+            v_heads = 1 if self.v_shared else self.heads
+            values = nl.ndarray((P, len(self.key_tiles), v_heads, self.dv), dtype=self.dtype,
                                 buffer=nl.sbuf)
             for t, (k0, kr) in enumerate(self.key_tiles):
-                values[0:kr, t, :, :] = nl.load(_HeadViews.rows(_HeadViews.at(v.v, index), k0, kr))
+                values[0:kr, t, :, :] = nl.load(
+                    _HeadViews.rows(_HeadViews.at(v.v, index), k0, kr)[:, 0:v_heads, :])
             for b, (q0, qr) in enumerate(blocks):
                 with kernel_scope("query block"):
                     self._query_block(index, q0, qr, q_rows[:, b, :, :], k_t, values)
 
-    def _transpose_rows(self, dst: Tile, rows: Tile, count: int) -> None:
+    def _transpose_rows(self, dst: Tile, rows: Tile, count: int, packs: int | None = None
+                        ) -> None:
         """dst [pack rows, packs, count] = per pack, rows [count, pack heads * d] transposed."""
         width = self.heads_per_pack * self.d
-        for p0 in range(0, self.packs, 4):
-            n = min(4, self.packs - p0)
+        packs = packs or self.packs
+        for p0 in range(0, packs, 4):
+            n = min(4, packs - p0)
             with kernel_scope("transpose bank"):
                 bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
                 for j in range(n):
@@ -209,18 +217,21 @@ class _Attention:
                 self.evictor.copy(dst[0:width, p0:p0 + n, 0:count], bank[0:width, 0:n, 0:count])
 
     def _keys_transposed(self, k_view: Tile) -> Tile:
-        """K^T for all heads: [pack heads * d (partitions), packs, sk] in the compute dtype."""
-        k_t = nl.ndarray((P, self.packs, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        """K^T for all heads: [pack heads * d (partitions), packs, sk] in the compute dtype (one
+        pack when every head shares K: a head's scores read its pack slot of pack 0)."""
+        packs = 1 if self.k_shared else self.packs
+        heads = min(self.heads, self.heads_per_pack) if self.k_shared else self.heads
+        k_t = nl.ndarray((P, packs, self.sk), dtype=self.dtype, buffer=nl.sbuf)
         if self.k_transposed:  # stored [heads, d, sk]: already d-major
-            for h in range(self.heads):
+            for h in range(heads):
                 p, j = divmod(h, self.heads_per_pack)
                 k_t[j * self.d:(j + 1) * self.d, p, :] = nl.load(k_view[h])
             return k_t
         for k0, kr in self.key_tiles:
             with kernel_scope("key rows"):
-                rows = nl.ndarray((P, self.heads, self.d), dtype=self.dtype, buffer=nl.sbuf)
-                rows[0:kr, :, :] = nl.load(_HeadViews.rows(k_view, k0, kr))
-                self._transpose_rows(k_t[:, :, k0:k0 + kr], rows, kr)
+                rows = nl.ndarray((P, heads, self.d), dtype=self.dtype, buffer=nl.sbuf)
+                rows[0:kr, :, :] = nl.load(_HeadViews.rows(k_view, k0, kr)[:, 0:heads, :])
+                self._transpose_rows(k_t[:, :, k0:k0 + kr], rows, kr, packs)
         return k_t
 
     # --- 128 queries ---------------------------------------------------------------------------
@@ -320,10 +331,11 @@ class _Attention:
         k0, kw = keys or (0, self.sk)
         for g in range(hn):
             p, j = divmod(h0 + g, self.heads_per_pack)
+            kp = 0 if self.k_shared else p
             for c0, cw in tiles(kw, BANK_FP32):
                 view = scores[0:qr, g, c0:c0 + cw]
                 view[...] = nisa.nc_matmul(q_t[j * d:(j + 1) * d, p, 0:qr],
-                                           k_t[j * d:(j + 1) * d, p, k0 + c0:k0 + c0 + cw])
+                                           k_t[j * d:(j + 1) * d, kp, k0 + c0:k0 + c0 + cw])
                 if mask is not None:
                     mask.accumulate(view, h0 + g, c0, cw)
 
@@ -383,7 +395,8 @@ class _Attention:
         for g in range(hn):
             for t, (_, kr) in enumerate(key_tiles):
                 acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
-                                                  values[0:kr, first_tile + t, h0 + g, :])
+                                                  values[0:kr, first_tile + t,
+                                                         0 if self.v_shared else h0 + g, :])
         return acc
 
     # --- masks ---------------------------------------------------------------------------------
