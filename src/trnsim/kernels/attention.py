@@ -106,7 +106,7 @@ def _heads_in_flight(heads: int, sq: int, sk: int, d: int, dv: int, compute_dtyp
     half the operand budget (the other half is the chunks' scores, probabilities and masks).
     `mask_heads`: 0 without a mask, 1 for one shared by the heads, else the head count."""
     item = as_dtype(compute_dtype).itemsize
-    per_pack = P // d if d in (32, 64) else 1
+    per_pack = _heads_per_pack(d)
     mask_bytes = 12 * min(sk, MAX_KEYS)  # fp32 raw and scaled values, two bf16 parts
     per_head = (sk * item / per_pack + ceil_div(sk, P) * dv * item + ceil_div(sq, P) * d * item
                 + dv * as_dtype(out_dtype).itemsize + P * item / per_pack
@@ -121,6 +121,11 @@ def _heads_in_flight(heads: int, sq: int, sk: int, d: int, dv: int, compute_dtyp
             limit, context=f"{sk} keys, {sq} queries, head dim {d}; longer sequences need K "
                            f"and V streamed per query block, not implemented")
     return fit // per_pack * per_pack if fit >= per_pack else fit  # whole transpose packs
+
+
+def _heads_per_pack(d: int) -> int:
+    """Heads whose d rows share one 128-partition transpose (start partitions 0/64 on v2)."""
+    return P // d if d in (32, 64) else 1
 
 
 class _HeadViews:
@@ -165,7 +170,7 @@ class _Attention:
         self.scale, self.mask_kind, self.dtype = scale, mask_kind, compute_dtype
         self.k_transposed = k_transposed
         self.evictor = Evictor()
-        self.heads_per_pack = P // d if d in (32, 64) else 1
+        self.heads_per_pack = _heads_per_pack(d)
         self.packs = ceil_div(heads, self.heads_per_pack)
         # K or V shared by every head (grouped-query attention's broadcast view): loaded and
         # transposed once, for one pack, instead of once per head
@@ -294,7 +299,7 @@ class _Attention:
         # probabilities, so VectorE's row max of step i overlaps that work
         pending: tuple | None = None
         step = 0
-        for first, (k0, kw) in zip([True] + [False] * len(chunks), chunks, strict=False):
+        for c, (k0, kw) in enumerate(chunks):
             with kernel_scope("key chunk"):
                 mask = self._mask_terms(index, q0, qr, (k0, kw))
                 for h0, hn in tiles(self.heads, self.group):
@@ -306,7 +311,7 @@ class _Attention:
                     self._exponentials(hn, qr, state, kw, normalise=False)
                     if pending is not None:
                         self._merge_chunk(run, values, qr, *pending)
-                    pending = (first, h0, hn, k0, kw, state)
+                    pending = (c == 0, h0, hn, k0, kw, state)
         if pending is not None:
             self._merge_chunk(run, values, qr, *pending)
         result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)

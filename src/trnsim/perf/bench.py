@@ -9,11 +9,11 @@ throughput with one copy per NeuronCore, and cost per inference.
 Timing does not depend on weight values, so timing-only cases build models with their parameters
 on the meta device (`trnsim.empty_weights`: no memory, no initialisation); `check_numerics`
 builds them properly and compares with eager PyTorch.
+The compile cache keeps programs and reports, so a warm run only captures.
 
 ``decode=True`` times a causal LM per generated token instead (`trnsim.decode_step`): one new
 token per sequence after ``seq`` cached tokens, so throughput is tokens/s and cost per inference
 is cost per token.
-The compile cache keeps programs and reports, so a warm run only captures.
 """
 
 from __future__ import annotations
@@ -160,10 +160,8 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
     entries = [zoo_model(name) for name in models]
     if decode:  # refuse an encoder before compiling anything
         for entry in entries:
-            if entry.family != "causal-lm":
-                entry.decode_inputs(None, 1)
-    for name in models:
-        entry = zoo_model(name)
+            entry.require_causal_lm()
+    for name, entry in zip(models, entries, strict=True):
         seq = seqs.get(name, entry.default_seq) if isinstance(seqs, dict) else (seqs or entry.default_seq)
         model = None
         for batch in batches:

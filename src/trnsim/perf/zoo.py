@@ -22,15 +22,20 @@ class ZooEntry:
     build: Callable[[], object]  # -> an eval-mode torch.nn.Module
     default_seq: int = 128
 
-    def decode_inputs(self, model, batch: int, context: int | None = None) -> tuple[object, dict]:
-        """`model` as one token-generation step after `context` cached tokens, and its inputs."""
-        from trnsim.compiler.decode_step import decode_step
+    def require_causal_lm(self) -> None:
+        """Refuse, by name, a model that has no token-generation step."""
         from trnsim.errors import InvalidArgumentError
 
         if self.family != "causal-lm":
             decoders = sorted(e.name for e in ZOO.values() if e.family == "causal-lm")
             raise InvalidArgumentError(f"{self.name} is not a causal LM, so it has no decode "
                                        f"step; models with one: {', '.join(decoders)}")
+
+    def decode_inputs(self, model, batch: int, context: int | None = None) -> tuple[object, dict]:
+        """`model` as one token-generation step after `context` cached tokens, and its inputs."""
+        from trnsim.compiler.decode_step import decode_step
+
+        self.require_causal_lm()
         return decode_step(model, batch=batch, context=context or self.default_seq)
 
     def inputs(self, batch: int, seq: int | None = None) -> dict:
