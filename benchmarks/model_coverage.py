@@ -7,6 +7,7 @@ JSON: per model, the max error over the output's scale, or the error it failed w
 
     PYTHONPATH=src python benchmarks/model_coverage.py            # tiny: hidden 128, 32 tokens
     PYTHONPATH=src python benchmarks/model_coverage.py --size mid  # hidden 384, 200 tokens
+    PYTHONPATH=src python benchmarks/model_coverage.py --instance trn2.48xlarge  # LNC=2
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("tiny", "mid"), default="tiny")
     parser.add_argument("--only", action="append", help="only these architectures")
+    parser.add_argument("--instance", default="trn1.2xlarge",
+                        help="e.g. trn2.48xlarge: kernels split over two physical cores (LNC=2)")
     args = parser.parse_args()
     import torch
 
@@ -179,7 +182,7 @@ def main() -> None:
             model = build().eval()
             with torch.no_grad():
                 want = _leaf(model(**inputs)).float()
-            compiled = trnsim.trace(model, (), kwargs=inputs, instance="trn1.2xlarge",
+            compiled = trnsim.trace(model, (), kwargs=inputs, instance=args.instance,
                                     auto_cast="none")
             got = _leaf(compiled(**inputs)).float()
             error = float((got - want).abs().max() / want.abs().max())
@@ -187,7 +190,7 @@ def main() -> None:
         except Exception as exc:  # reported per model: the point is to see every failure
             rows[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         rows[name]["seconds"] = round(time.perf_counter() - begin, 1)
-    print(json.dumps({"size": args.size, "tolerance": TOLERANCE,
+    print(json.dumps({"size": args.size, "instance": args.instance, "tolerance": TOLERANCE,
                       "passed": sum(r["ok"] for r in rows.values()), "models": len(rows),
                       "seconds": round(time.perf_counter() - start, 1), "rows": rows}, indent=2))
 

@@ -67,3 +67,20 @@ def test_what_does_not_fit_stays_in_hbm_and_shares_slots():
 def test_nothing_stays_on_chip_when_the_kernels_use_all_of_sbuf():
     program = _chain([64, 64], free_bytes_per_partition=0)
     assert keep_on_chip(program, CORE) == []
+
+
+def test_a_partial_program_keeps_only_the_span_it_touches_and_excluded_tensors_stay_in_hbm():
+    """Under LNC=2 a core writes and reads only its share of a tensor: it takes the SBUF of that
+    share, laid out from the share's first byte; a tensor the other core reads stays in HBM."""
+    b = ProgramBuilder("share", CORE)
+    tile = b.tile((128, 1024), "float32")
+    for name in ("mine", "crossing"):
+        decl = b.tensor(name, (256, 1024), "float32")
+        b.emit(DmaCopy(dst=decl.block((128, 0), (128, 1024)), src=tile))
+        b.emit(DmaCopy(dst=tile, src=decl.block((128, 0), (128, 1024))))
+    program = b.build()
+    peak = program.sbuf_peak_bytes_per_partition
+    assert keep_on_chip(program, CORE, exclude={"crossing"}, partial=True) == ["mine"]
+    assert program.tensors["mine"].on_chip_from == 128 * 1024 * 4
+    assert not program.tensors["crossing"].on_chip
+    assert program.sbuf_peak_bytes_per_partition == peak + footprint(128 * 1024 * 4, 128)

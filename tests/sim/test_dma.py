@@ -209,3 +209,21 @@ def test_an_on_chip_tensor_read_with_a_cast_or_a_new_layout_is_an_sbuf_to_sbuf_d
                    _on_chip_round_trip(on_chip=True, shifted=True)):
         assert relaid.total_ns > core("v2").dma.start_latency_ns
         assert relaid.summary.hbm_read_bytes == 0
+
+
+def test_a_cores_share_of_an_on_chip_tensor_is_laid_out_from_its_first_row():
+    """Under LNC=2 a core keeps only its rows of a tensor (`TensorDecl.on_chip_from`): rows
+    64..191 stored and loaded by that core are an in-place hand-off from its partition 0."""
+    b = builder()
+    decl = b.tensor("act", (256, 1024), "float32")
+    tile = b.tile((128, 1024), "float32")
+    b.emit(DmaCopy(dst=decl.block((64, 0), (128, 1024)), src=tile))
+    b.emit(DmaCopy(dst=b.tile((128, 1024), "float32"), src=decl.block((64, 0), (128, 1024))))
+    program = b.build()
+
+    def run(start: int):
+        program.tensors["act"] = dataclasses.replace(decl, on_chip=True, on_chip_from=start)
+        return simulate(program, mode="timing").profile
+
+    assert run(64 * 1024 * 4).total_ns == 0.0  # its share starts at row 64
+    assert run(0).total_ns > core("v2").dma.start_latency_ns  # row 64 is not on partition 0

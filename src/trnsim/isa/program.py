@@ -32,6 +32,9 @@ class TensorDecl:
     # An internal tensor the compiler keeps in SBUF between the kernels that write and read it
     # (`trnsim.compiler.lowering.onchip`): DMAs touching it move no HBM bytes (`trnsim.sim.dma`).
     on_chip: bool = False
+    # Under LNC=2 a core keeps only its share of such a tensor, laid out from partition 0 at this
+    # byte of the tensor (the first it touches).
+    on_chip_from: int = 0
 
     def values(self) -> np.ndarray | None:
         return self.data() if callable(self.data) else self.data

@@ -90,7 +90,9 @@ def instruction_from_data(data: dict, opcodes: dict[str, type[Instruction]]) -> 
 
 def program_to_data(program: Program) -> dict:
     tensors = [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name, "kind": t.kind,
-                **({"on_chip": True} if t.on_chip else {})} for t in program.tensors.values()]
+                **({"on_chip": True} if t.on_chip else {}),
+                **({"on_chip_from": t.on_chip_from} if t.on_chip_from else {})}
+               for t in program.tensors.values()]
     return {"format": FORMAT, "name": program.name, "target": program.target.name,
             "tensors": tensors,
             "instructions": [instruction_to_data(i) for i in program.instructions],
@@ -110,7 +112,8 @@ def program_from_data(data: dict, constants: dict | None = None) -> Program:
         if t["kind"] == "constant" and array is None:
             raise InvalidArgumentError(f"saved program needs constant {t['name']!r}, which is missing")
         program.tensors[t["name"]] = TensorDecl(t["name"], tuple(t["shape"]), as_dtype(t["dtype"]),
-                                                t["kind"], array, t.get("on_chip", False))
+                                                t["kind"], array, t.get("on_chip", False),
+                                                t.get("on_chip_from", 0))
     opcodes = _opcodes()
     program.instructions = [instruction_from_data(i, opcodes) for i in data["instructions"]]
     program.sbuf_peak_bytes_per_partition = data.get("sbuf_peak", 0)

@@ -3,6 +3,7 @@
     model.trnsim/
       manifest.json     format version, trnsim version, options, input/output structure, names
       program.json      the instruction program (trnsim.isa.serialize)
+      program.core1.json  under LNC=2, the second physical core's program (same constants)
       constants.safetensors  weights and other constant tensors, raw bytes by name
       report.json       the timing summary computed at compile time (optional)
 
@@ -65,13 +66,20 @@ def rank_key(name: str, rank: int) -> str:
 
 
 def write(directory: str | Path, manifest: dict, program_data: dict,
-          constants: dict[str, np.ndarray], report: dict | None = None) -> Path:
+          constants: dict[str, np.ndarray], report: dict | None = None,
+          more_programs: dict[str, dict] | None = None) -> Path:
+    """`more_programs`: programs beside the main one that use its constants, by name
+    (``program.<name>.json``; `read_program` reads one back)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     (root / "program.json").write_text(json.dumps(program_data))
     save_constants(root / "constants.safetensors", constants)
     files = {"program.json": _digest(root / "program.json"),
              "constants.safetensors": _digest(root / "constants.safetensors")}
+    for name, data in (more_programs or {}).items():
+        file = f"program.{name}.json"
+        (root / file).write_text(json.dumps(data))
+        files[file] = _digest(root / file)
     if report is not None:
         (root / "report.json").write_text(json.dumps(report))
     from trnsim import __version__
@@ -79,6 +87,14 @@ def write(directory: str | Path, manifest: dict, program_data: dict,
     full = {"format": ARTIFACT_FORMAT, "trnsim_version": __version__, "files": files, **manifest}
     (root / "manifest.json").write_text(json.dumps(full, indent=1))
     return root
+
+
+def read_program(directory: str | Path, name: str) -> dict:
+    """One of `write`'s `more_programs` (`read` has checked its checksum)."""
+    path = Path(directory) / f"program.{name}.json"
+    if not path.exists():
+        raise ArtifactError(f"{directory}: program.{name}.json is missing")
+    return json.loads(path.read_text())
 
 
 def read(directory: str | Path) -> tuple[dict, dict, dict[str, np.ndarray], dict | None]:

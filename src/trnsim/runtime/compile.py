@@ -167,7 +167,11 @@ def _specs(graph, input_names: list[str], output_names: list[str]):
 
 def _compiled(graph, lowered, spec, options, placement) -> CompiledModel:
     inputs, outputs = _specs(graph, lowered.inputs, lowered.outputs)
-    return CompiledModel(name=graph.name, program_source=lowered.program, inputs=inputs, outputs=outputs,
+    partner = lowered.program.partner if isinstance(lowered.program, _LazyLowering) \
+        else lowered.partner
+    return CompiledModel(name=graph.name, program_source=lowered.program,
+                         partner_source=partner, shared=lowered.shared, inputs=inputs,
+                         outputs=outputs,
                          instance=spec.name, options=options.key(),
                          input_structure=graph.input_structure,
                          output_structure=graph.output_structure, kernels=lowered.kernels,
@@ -207,6 +211,16 @@ def _code_digest(packages: tuple[str, ...] = PROGRAM_CODE) -> str:
     return _CODE_DIGESTS[packages]
 
 
+def physical_cores(graph, options, spec) -> int:
+    """Physical NeuronCores the lowering splits one logical core's work over: 2 under LNC=2 (a
+    Trainium2/3 default), except for a tensor-parallel model, whose ranks each stay on one
+    physical core (ASSUMPTION: trnsim does not split a rank's kernels further)."""
+    lnc = options.lnc or spec.chip.default_lnc
+    if lnc < 2 or spec.chip.core.version < 3 or graph.meta.get("tensor_parallel", 1) > 1:
+        return 1
+    return lnc
+
+
 def _lower_cached(graph, options, spec):
     """(Lowered, cache hit). A hit skips lowering: the cache holds the lowering's small facts
     (tensor names, kernel calls) and the program is lowered again only when something needs its
@@ -215,33 +229,49 @@ def _lower_cached(graph, options, spec):
     from trnsim.compiler.lowering import KernelCall, Lowered, lower
 
     core = spec.chip.core
+    lnc = physical_cores(graph, options, spec)
     root = cache_dir()
     path = root / f"{cache_key(graph, options, core)}.json" if root else None
     if path is not None and path.exists():
         try:
             data = json.loads(path.read_text())
             calls = [KernelCall(**c) for c in data["kernels"]]
-            return Lowered(_LazyLowering(graph, core), data["inputs"], data["outputs"], calls), True
+            return Lowered(_LazyLowering(graph, core, lnc), data["inputs"], data["outputs"], calls,
+                           shared=tuple(data.get("shared", ()))), True
         except (OSError, KeyError, TypeError, ValueError):
             pass  # a stale or unreadable entry: compile again and overwrite it
-    lowered = lower(graph, core)
+    lowered = lower(graph, core, lnc=lnc)
     if path is not None:
         write_json(path, {"inputs": lowered.inputs, "outputs": lowered.outputs,
-                          "kernels": [vars(c) for c in lowered.kernels]})
+                          "kernels": [vars(c) for c in lowered.kernels],
+                          "shared": list(lowered.shared)})
     return lowered, False
 
 
 class _LazyLowering:
-    """The program of a cache hit, lowered on first use."""
+    """The program of a cache hit, lowered on first use (and, under LNC=2, its partner's)."""
 
-    def __init__(self, graph, core) -> None:
-        self._args = (graph, core)
+    def __init__(self, graph, core, lnc: int = 1) -> None:
+        self._args = (graph, core, lnc)
+        self._lowered = None
+
+    def _lower(self):
+        if self._lowered is None:
+            from trnsim.compiler.lowering import lower
+
+            graph, core, lnc = self._args
+            self._lowered = lower(graph, core, lnc=lnc)
+        return self._lowered
 
     def __call__(self):
-        from trnsim.compiler.lowering import lower
+        return self._lower().program
 
-        graph, core = self._args
-        return lower(graph, core).program
+    @property
+    def partner(self):
+        """Core 1's program (None unless LNC=2), lowered with core 0's."""
+        if self._args[2] < 2:
+            return None
+        return lambda: self._lower().partner
 
 
 def write_json(path: Path, data: dict) -> None:

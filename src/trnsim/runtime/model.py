@@ -54,6 +54,9 @@ class CompiledModel:
     placement: list[int] = field(default_factory=list)  # visible cores holding a copy
     tensor_parallel: int = 1  # cores one copy is split over (their programs differ in weights)
     stages: list = field(default_factory=list)  # runtime.pipeline.PipelineStage (inf1 pipeline)
+    # LNC=2: core 1's program (or what lowers it), and the HBM tensors both cores share
+    partner_source: Program | Callable[[], Program] | None = None
+    shared: tuple[str, ...] = ()
     _timing: Any = None
     _loaded: Any = None
     _ranks: Any = None
@@ -66,6 +69,14 @@ class CompiledModel:
         if not isinstance(self.program_source, Program):
             self.program_source = self.program_source()
         return self.program_source
+
+    def physical_programs(self) -> list[Program]:
+        """The programs of one logical NeuronCore: one, or under LNC=2 one per physical core."""
+        if self.partner_source is None:
+            return [self.program]
+        if not isinstance(self.partner_source, Program):
+            self.partner_source = self.partner_source()
+        return [self.program, self.partner_source]
 
     def rank_programs(self) -> list[Program]:
         """One program per tensor-parallel rank (the same instructions, each rank's weights)."""
@@ -81,8 +92,13 @@ class CompiledModel:
         exchange activations through the collectives fabric of the instance."""
         from trnsim.sim import simulate
 
-        if self.tensor_parallel == 1:
+        if self.tensor_parallel == 1 and self.partner_source is None:
             return [simulate(self.program, arrays, mode=mode, chip=self.chip)]
+        if self.tensor_parallel == 1:  # LNC=2: the two physical cores share the tensors
+            from trnsim.sim import simulate_cores
+
+            return simulate_cores(self.physical_programs(), [arrays, None], chip=self.chip,
+                                  mode=mode, shared=self.shared)
         from trnsim.nki.current.world import World, place
         from trnsim.sim import CoreSlot, simulate_system
 
@@ -101,6 +117,11 @@ class CompiledModel:
     @property
     def chip(self):
         return self.instance_spec.chip
+
+    @property
+    def logical_cores_per_chip(self) -> int:
+        """NeuronCores a chip shows this model (its LNC setting, else the chip's default)."""
+        return self.chip.logical_cores(self.options.get("lnc"))
 
     # --- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -159,8 +180,8 @@ class CompiledModel:
         return self._timing
 
     def rank_timings(self) -> list:
-        """The profile of every core of one inference (one unless tensor parallel or pipelined;
-        a pipeline stage's profile starts when its input is ready)."""
+        """The profile of every core of one inference (one unless tensor parallel, pipelined
+        or LNC=2; a pipeline stage's profile starts when its input is ready)."""
         self.timing()
         return self._rank_timings
 
@@ -177,16 +198,22 @@ class CompiledModel:
 
                 self._loaded = streaming_timings(self.stages, self.chip)
             return self._loaded
-        copies = min(copies or self.chip.logical_cores(), self.chip.logical_cores())
+        per_chip = self.logical_cores_per_chip
+        copies = min(copies or per_chip, per_chip)
         if self._loaded is None or len(self._loaded) != copies:
-            from trnsim.sim import copies_contend, simulate_cores
+            from trnsim.sim import CoreSlot, copies_contend, simulate_system
 
-            if not copies_contend(self.program, copies, self.chip):
+            programs = self.physical_programs()
+            if not copies_contend(programs, copies, self.chip, shared=self.shared):
                 self._loaded = [self.timing()] * copies  # each copy runs as it does alone
             else:
-                runs = simulate_cores([self.program] * copies, None, mode="timing",
-                                      chip=self.chip)
-                self._loaded = [r.profile for r in runs]
+                slots = [CoreSlot(group=c, lnc_index=i) for c in range(copies)
+                         for i in range(len(programs))]
+                runs = simulate_system(programs * copies, None, slots=slots, mode="timing",
+                                       chip=self.chip, shared=self.shared)
+                per = len(programs)  # a copy's profile: its slower physical core
+                self._loaded = [max((r.profile for r in runs[c * per:(c + 1) * per]),
+                                    key=lambda p: p.total_ns) for c in range(copies)]
         return self._loaded
 
     def report(self, copies: int | None = None):
@@ -202,7 +229,7 @@ class CompiledModel:
                 return self._noted(ModelReport.from_dict(json.loads(path.read_text())))
             except (OSError, KeyError, TypeError, ValueError):
                 pass  # unreadable: simulate again and overwrite it
-        loaded = self.loaded_timing(min(visible, self.chip.logical_cores()))
+        loaded = self.loaded_timing(min(visible, self.logical_cores_per_chip))
         if self.stages:
             from trnsim.runtime.report import build_pipeline_report
 
@@ -213,7 +240,9 @@ class CompiledModel:
             report = build_report(model=self.name, instance=self.instance_spec,
                                   profile=self.timing(), loaded_profiles=loaded,
                                   batch=self.batch, copies=visible,
-                                  tensor_parallel=self.tensor_parallel)
+                                  tensor_parallel=self.tensor_parallel,
+                                  physical=1 if self.partner_source is None else 2,
+                                  cores_per_chip=self.logical_cores_per_chip)
         if path is not None:
             write_json(path, report.to_dict())
         return self._noted(report)

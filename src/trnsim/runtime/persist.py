@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from trnsim.runtime.artifact import ArtifactError, rank_key, read, write
+from trnsim.runtime.artifact import ArtifactError, rank_key, read, read_program, write
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
 
 def save_model(model: CompiledModel, path) -> Path:
-    """One artifact; a pipelined model's stages 1.. are artifacts in ``stage<i>/`` beside it."""
+    """One artifact; a pipelined model's stages 1.. are artifacts in ``stage<i>/`` beside it; an
+    LNC=2 model's second physical core's program is ``program.core1.json`` in it."""
     from trnsim.isa.serialize import program_to_data
 
     stages = []
@@ -32,8 +33,11 @@ def save_model(model: CompiledModel, path) -> Path:
         "output_structure": model.output_structure.to_json() if model.output_structure else None,
         "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
         "tensor_parallel": model.tensor_parallel, "sharded": sharded, "stages": stages,
+        "lnc_shared": list(model.shared) if model.partner_source is not None else None,
     }
-    return write(path, manifest, program_to_data(model.program), constants)
+    more = ({"core1": program_to_data(model.physical_programs()[1])}
+            if model.partner_source is not None else None)
+    return write(path, manifest, program_to_data(model.program), constants, more_programs=more)
 
 
 def _constants(program) -> dict:
@@ -70,6 +74,10 @@ def load_model(path) -> CompiledModel:
                       for k in ("input_structure", "output_structure")]
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
         stages = _load_stages(path, program, manifest.get("stages", []))
+        shared = manifest.get("lnc_shared")
+        partner = None
+        if shared is not None:
+            partner = program_from_data(read_program(path, "core1"), constants)
         ranks = int(manifest.get("tensor_parallel", 1))
         for name in manifest.get("sharded", []):
             chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
@@ -80,7 +88,8 @@ def load_model(path) -> CompiledModel:
                          instance=manifest["instance"], options=manifest["options"],
                          input_structure=structures[0], output_structure=structures[1],
                          kernels=kernels, placement=manifest.get("placement", []),
-                         tensor_parallel=ranks, stages=stages)
+                         tensor_parallel=ranks, stages=stages, partner_source=partner,
+                         shared=tuple(shared or ()))
 
 
 def _load_stages(path, first, described: list[dict]) -> list:

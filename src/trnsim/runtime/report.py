@@ -157,19 +157,28 @@ def cost_per_inference(price_per_hour: float | None, throughput_per_s: float) ->
 
 
 def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
-                 copies: int | None = None, tensor_parallel: int = 1) -> ModelReport:
+                 copies: int | None = None, tensor_parallel: int = 1,
+                 physical: int = 1, cores_per_chip: int | None = None) -> ModelReport:
     """`loaded_profiles`: the copies of one chip run together (or the ranks of one
     tensor-parallel copy); `copies`: all copies on the instance (chips are alike, so each chip's
-    copies take the loaded latency); `tensor_parallel`: cores per copy."""
+    copies take the loaded latency); `tensor_parallel`: cores per copy; `physical`: physical
+    cores per logical core running its kernels split (LNC=2), `profile` the slower one's;
+    `cores_per_chip`: logical cores per chip (default: the chip's default LNC)."""
     summary = profile.summary
     copies = copies or max(1, len(loaded_profiles) // tensor_parallel)
     loaded_ns = max((p.total_ns for p in loaded_profiles), default=profile.total_ns)
     throughput = copies * batch / (loaded_ns * 1e-9) if loaded_ns > 0 else 0.0
     price = instance.price_per_hour
-    chips_used = max(1, -(-copies * tensor_parallel // instance.chip.logical_cores()))
+    per_chip = cores_per_chip or instance.chip.logical_cores()
+    chips_used = max(1, -(-copies * tensor_parallel // per_chip))
     cost = cost_per_inference(price, throughput)
     kernels = kernel_times(profile)
-    if tensor_parallel == 1:
+    if tensor_parallel == 1 and physical > 1:
+        notes = [f"latency: batch {batch} on one logical NeuronCore (LNC={physical}: each "
+                 f"kernel split over {physical} {profile.core.name}s sharing HBM; the breakdown "
+                 f"is the slower core's); throughput: {copies} copies (one per visible logical "
+                 f"core) on {chips_used} chip(s) of {instance.name}"]
+    elif tensor_parallel == 1:
         notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} "
                  f"copies (one per visible core) on {chips_used} chip(s) of {instance.name}"]
     else:

@@ -16,6 +16,7 @@ first instruction of a kind; an equal one elsewhere would raise the same error).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from operator import attrgetter
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
@@ -90,7 +91,7 @@ class Planner:
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
-        self._on_chip: tuple[Program | None, frozenset[str]] = (None, frozenset())
+        self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
         self.has_kinds = False
@@ -148,10 +149,12 @@ class Planner:
         self.distinct.append(plan)
         return plan
 
-    def on_chip(self, program: Program) -> frozenset[str]:
-        """Names of the program's tensors the compiler keeps in SBUF (`TensorDecl.on_chip`)."""
+    def on_chip(self, program: Program) -> dict[str, int]:
+        """The program's tensors the compiler keeps in SBUF (`TensorDecl.on_chip`), each with the
+        byte its on-chip rows start at (`TensorDecl.on_chip_from`)."""
         if self._on_chip[0] is not program:
-            self._on_chip = (program, frozenset(n for n, t in program.tensors.items() if t.on_chip))
+            self._on_chip = (program, {n: t.on_chip_from for n, t in program.tensors.items()
+                                       if t.on_chip})
         return self._on_chip[1]
 
 
@@ -166,7 +169,7 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
 
 
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
-               on_chip: frozenset[str] = frozenset()) -> Plan:
+               on_chip: Mapping[str, int] | frozenset[str] = frozenset()) -> Plan:
     """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
     keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
     move nothing (see `_dma_plan`)."""
@@ -207,7 +210,7 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
 
 def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
               writes: tuple[AccessPattern, ...], plan: Plan,
-              on_chip: frozenset[str] = frozenset()) -> DmaPlan:
+              on_chip: Mapping[str, int] | frozenset[str] = frozenset()) -> DmaPlan:
     """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
     on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
 
@@ -241,7 +244,7 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
 
 
 def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-              on_chip: frozenset[str], partitions: int) -> bool:
+              on_chip: Mapping[str, int] | frozenset[str], partitions: int) -> bool:
     """A plain copy whose HBM-declared operands are all on chip, each read or written one
     partition's run at a time, with SBUF on the other side and no cast (see `_dma_plan`)."""
     operands = (*reads, *writes)
@@ -260,7 +263,9 @@ def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...
             return False
         # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
         # SBUF side must start on the first row's partition, else the data crosses lanes
-        row = ap.offset // ap.dtype.itemsize // ap.partition_step if ap.partition_step else 0
+        start = on_chip.get(ap.tensor, 0) if isinstance(on_chip, Mapping) else 0
+        row = (ap.offset - start) // ap.dtype.itemsize // ap.partition_step \
+            if ap.partition_step else 0
         if (row - lane) % partitions:
             return False
     return True

@@ -149,18 +149,23 @@ def _shared_values(shared) -> dict[str, np.ndarray | None]:
     return dict.fromkeys(shared)
 
 
-def copies_contend(program: Program, copies: int, chip) -> bool:
-    """Whether `copies` copies of one single-core program, run together on one chip, can slow
-    each other: only through the chip's HBM bandwidth, and only when their DMA engines together
-    can exceed it (`hbm_timeline`). If not, each copy runs exactly as it does alone, and a
-    caller may reuse that profile instead of simulating them all. Raises, as running them
-    would, when the copies do not fit in the chip's HBM."""
+def copies_contend(program: Program | Sequence[Program], copies: int, chip, *,
+                   shared: Iterable[str] = ()) -> bool:
+    """Whether `copies` copies of one program, run together on one chip, can slow each other:
+    only through the chip's HBM bandwidth, and only when their DMA engines together can exceed
+    it (`hbm_timeline`). If not, each copy runs exactly as it does alone, and a caller may reuse
+    that profile instead of simulating them all. A copy may be several programs (the physical
+    cores of a logical NeuronCore, sharing the `shared` tensors). Raises, as running them would,
+    when the copies do not fit in the chip's HBM."""
     if isinstance(chip, str):
         chip = hardware.chip(chip)
+    programs = [program] if isinstance(program, Program) else list(program)
     hbm = HbmSpace(chip.memory_bytes, chip.name)
-    for index in range(copies):
-        _reserve_tensors(hbm, program, index, {})
-    return hbm_timeline(chip, copies) is not None
+    names = dict.fromkeys(shared)
+    for copy in range(copies):
+        for index, one in enumerate(programs):
+            _reserve_tensors(hbm, one, copy * len(programs) + index, names, group=copy)
+    return hbm_timeline(chip, copies * len(programs)) is not None
 
 
 def _reserve_tensors(hbm: HbmSpace, program: Program, index: int,

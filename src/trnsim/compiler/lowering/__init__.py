@@ -21,10 +21,11 @@ from trnsim.compiler.fused import KERNELS
 from trnsim.compiler.interpret import EVAL
 from trnsim.compiler.ir import Graph, Node
 from trnsim.compiler.lowering.hbm import reuse_internal_hbm
+from trnsim.compiler.lowering.lnc import Handover, Part, split_call, tiles_in, worth_splitting
 from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError, UnsupportedError
-from trnsim.isa import AccessPattern, Memory, Program, field_names
+from trnsim.isa import AccessPattern, CoreBarrier, Memory, Program, field_names
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -51,31 +52,47 @@ class Lowered:
     inputs: list[str]  # HBM tensor names of the graph inputs, in call order
     outputs: list[str]  # HBM tensor names of the graph outputs, in order
     kernels: list[KernelCall] = field(default_factory=list)
+    # LNC=2: core 1's program beside `program` (core 0's), and the HBM tensors they share
+    partner: Program | None = None
+    shared: tuple[str, ...] = ()
+
+    @property
+    def programs(self) -> list[Program]:
+        return [self.program] + ([self.partner] if self.partner is not None else [])
 
 
-def lower(graph: Graph, core, *, name: str | None = None) -> Lowered:
-    """Trace every kernel of `graph` into one program for NeuronCore `core`."""
-    return _Lowering(graph, core, name or graph.name).run()
+def lower(graph: Graph, core, *, name: str | None = None, lnc: int = 1) -> Lowered:
+    """Trace every kernel of `graph` into one program for NeuronCore `core`; with `lnc=2`, into
+    one program per physical core of a logical NeuronCore, each kernel split between them
+    (`trnsim.compiler.lowering.lnc`)."""
+    return _Lowering(graph, core, name or graph.name, lnc).run()
 
 
 class _Lowering:
-    def __init__(self, graph: Graph, core, name: str) -> None:
+    def __init__(self, graph: Graph, core, name: str, lnc: int = 1) -> None:
         self.graph = graph
-        self.trace = Trace(name, core)
+        self.traces = [Trace(name, core) for _ in range(lnc)]
+        for other in self.traces[1:]:
+            other.shared_outputs = self.traces[0].shared_outputs
+        self.trace = self.traces[0]
+        self.declared: dict[str, Tile] = {}  # HBM tensors of the lowering (shared under LNC=2)
+        self.handover = Handover()
+        self.crossing: set[str] = set()  # tensors one core reads after the other wrote them
         self.env: dict[int, Tile] = {}
         self.kn_weights: dict[int, Tile] = {}
         self.calls: list[KernelCall] = []
         self.output_ids = {id(n) for n in graph.outputs}
         self.users = graph.users()
-        self.templates: dict = {}  # kernel-call signature -> (first instruction, end, tensor names)
+        # per core: kernel-call signature -> (first instruction, end, tensor names)
+        self.templates: list[dict] = [{} for _ in self.traces]
         self.write_through: dict[int, Tile] = {}  # copy-view node id -> buffer its producer filled
 
     def run(self) -> Lowered:
         with tracing(self.trace):
             for node in self.graph.nodes:
                 if node.op == "input":
-                    self.env[id(node)] = self.trace.hbm_tensor(node.name, node.shape, node.dtype,
-                                                               kind="input")
+                    self.env[id(node)] = self._declare(node.name, node.shape, node.dtype,
+                                                       kind="input")
                 elif node.op in ("constant", *LEAVES):
                     continue  # materialised on first use (weights may need a layout first)
                 elif node.op in VIEWS:
@@ -85,12 +102,32 @@ class _Lowering:
                 else:
                     raise IRError(f"{node!r}: {node.op} is not kernel level; run the pass pipeline")
             outputs = [self._output(n, i) for i, n in enumerate(self.graph.outputs)]
-            self.trace.flush()
+        for trace in self.traces:
+            trace.flush()
         inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
-        program = self.trace.builder.program
-        keep_on_chip(program, self.trace.core)
-        reuse_internal_hbm(program)
-        return Lowered(program, inputs, outputs, self.calls)
+        programs = [trace.builder.program for trace in self.traces]
+        if len(programs) == 1:
+            keep_on_chip(programs[0], self.trace.core)
+            reuse_internal_hbm(programs[0])
+            return Lowered(programs[0], inputs, outputs, self.calls)
+        # ASSUMPTION: under LNC=2 what crosses cores goes through HBM, and HBM buffers are not
+        # reused (reuse across two instruction streams would need barriers of its own)
+        for program in programs:
+            keep_on_chip(program, self.trace.core, exclude=self.crossing, partial=True)
+        return Lowered(programs[0], inputs, outputs, self.calls, partner=programs[1],
+                       shared=tuple(self.declared))
+
+    def _declare(self, name: str, shape, dtype, *, kind: str, data=None) -> Tile:
+        """An HBM tensor of the lowering, declared alike in every core's program."""
+        tile = self.trace.hbm_tensor(name, shape, dtype, kind=kind, data=data)
+        for other in self.traces[1:]:
+            twin = other.hbm_tensor(name if kind == "output" else tile._storage.name, shape,
+                                    dtype, kind=kind, data=data)
+            if twin._storage.name != tile._storage.name:
+                raise IRError(f"LNC=2 lowering: tensor {tile._storage.name!r} is "
+                              f"{twin._storage.name!r} on core 1")
+        self.declared[tile._storage.name] = tile
+        return tile
 
     # --- operands -------------------------------------------------------------------------
     def tile(self, node: Node) -> Tile:
@@ -102,15 +139,15 @@ class _Lowering:
     def _leaf(self, node: Node) -> Tile:
         if node.op != "constant" and node.op not in LEAVES:
             raise IRError(f"{node!r} ({node.op}) is used before it is computed")
-        return self.trace.hbm_tensor(node.name, node.shape or (1,), node.dtype, kind="constant",
-                                     data=_Lazy(self.graph, node, False, node.dtype))
+        return self._declare(node.name, node.shape or (1,), node.dtype, kind="constant",
+                             data=_Lazy(self.graph, node, False, node.dtype))
 
     def weight_kn(self, node: Node) -> Tile:
         """A [.., n, k] weight stored transposed ([.., k, n]) once, at load time."""
         found = self.kn_weights.get(id(node))
         if found is None:
             shape = (*node.shape[:-2], node.shape[-1], node.shape[-2])
-            found = self.kn_weights[id(node)] = self.trace.hbm_tensor(
+            found = self.kn_weights[id(node)] = self._declare(
                 f"{node.name}{KN_SUFFIX}", shape, node.dtype, kind="constant",
                 data=_Lazy(self.graph, node, True, node.dtype))
         return found
@@ -159,8 +196,8 @@ class _Lowering:
             composed = self._compose(reversed(chain), base)
             if composed is not None:
                 return composed
-            dense = self.trace.hbm_tensor(f"{root.name}_dense", root.shape or (1,), root.dtype,
-                                          kind="internal")
+            dense = self._declare(f"{root.name}_dense", root.shape or (1,), root.dtype,
+                                  kind="internal")
             self._call(root, kernels.copy, dense, base)
             self.env[id(root)] = base = dense
         offset, dims = node.attrs["access"]
@@ -187,7 +224,7 @@ class _Lowering:
     # --- kernels ---------------------------------------------------------------------------
     def _result(self, node: Node) -> Tile:
         kind = "output" if id(node) in self.output_ids else "internal"
-        return self.trace.hbm_tensor(node.name, node.shape or (1,), node.dtype, kind=kind)
+        return self._declare(node.name, node.shape or (1,), node.dtype, kind=kind)
 
     def _kernel(self, node: Node) -> None:
         out = self._permuted_result(node) or self._result(node)
@@ -335,16 +372,52 @@ class _Lowering:
         return to_callable(program, has_acc=True, first_operand=first) if program else None
 
     def _call(self, node: Node, fn, *args, **kwargs) -> None:
-        """Trace one kernel call, or replay an identical earlier one (the 24 layers of BERT-large
-        emit the same instructions but for which HBM tensors they touch)."""
+        """Trace one kernel call (under LNC=2, each core's part of it)."""
         label = f"{node.op}:{node.name}"
-        trace = self.trace
+        if len(self.traces) == 1:
+            flops = self._call_on(0, node, label, fn, args, kwargs)
+            self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+            return
+        parts = split_call(fn, args, kwargs)
+        whole = [Part(args, kwargs)]  # unsplit: core 0
+        if parts is not None and not worth_splitting(fn, args, kwargs, self.trace.core) \
+                and (self._crossings(parts) or not self._crossings(whole)):
+            parts = None  # small: split only to follow operands the cores already hold apart
+        parts = parts or whole
+        met = self._crossings(parts)
+        for name in met:
+            for trace in self.traces:
+                with tracing(trace):
+                    trace.label, trace.source = label, node.source
+                    trace.emit_now(CoreBarrier, data=self.declared[name].access(),
+                                   cores=tuple(range(len(self.traces))), engine="gpsimd")
+                    trace.label = trace.source = None
+            self.handover.met(name)
+            self.crossing.add(name)
+        flops = 0
+        for core, part in enumerate(parts):
+            flops += self._call_on(core, node, label, fn, *_rebound(self.traces[core], part))
+            self.handover.wrote(core, part.args[0])
+        self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+
+    def _crossings(self, parts: list[Part]) -> list[str]:
+        """HBM tensors some core's part reads after the other core wrote them."""
+        return sorted({tile._storage.name for core, part in enumerate(parts)
+                       for tile in tiles_in((part.args[1:], part.kwargs))
+                       if tile._storage.memory is Memory.HBM
+                       and self.handover.crossing(core, tile)})
+
+    def _call_on(self, core: int, node: Node, label: str, fn, args, kwargs) -> int:
+        """Trace one kernel call on `core`, or replay an identical earlier one (the 24 layers of
+        BERT-large emit the same instructions but for which HBM tensors they touch); its flops."""
+        trace = self.traces[core]
         trace.flush()
         program = trace.builder.program
         start = len(program.instructions)
         names: list[str] = []
         key = (node.op, _attrs_key(node.attrs), _args_key(fn, args, kwargs, names))
-        template = self.templates.get(key)
+        templates = self.templates[core]
+        template = templates.get(key)
         if template is not None:
             first, end, template_names = template
             rename = dict(zip(template_names, names, strict=True))
@@ -353,15 +426,15 @@ class _Lowering:
         else:
             trace.label, trace.source = label, node.source
             try:
-                fn(*args, **kwargs)
-                trace.flush()
+                with tracing(trace):
+                    fn(*args, **kwargs)
+                    trace.flush()
             except TrnsimError as error:
                 raise error.at(node.source) from None
             finally:
                 trace.label = trace.source = None
-            self.templates[key] = (start, len(program.instructions), names)
-        flops = sum(i.flops() for i in program.instructions[start:])
-        self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+            templates[key] = (start, len(program.instructions), names)
+        return sum(i.flops() for i in program.instructions[start:])
 
     def _output(self, node: Node, index: int) -> str:
         tile = self.tile(node) if node.op not in VIEWS else self.env[id(node)]
@@ -369,12 +442,29 @@ class _Lowering:
         if storage.buffer == "shared_hbm" and not storage.is_input and _is_whole(tile) \
                 and self.trace.builder.program.tensors[storage.name].kind == "output":
             return storage.name
-        out = self.trace.hbm_tensor(f"output{index}", node.shape or (1,), node.dtype, kind="output")
+        out = self._declare(f"output{index}", node.shape or (1,), node.dtype, kind="output")
         self._call(node, kernels.copy, out, tile)
         return out._storage.name
 
 
 KN_SUFFIX = "_kn"
+
+
+def _rebound(trace: Trace, part: Part) -> tuple[tuple, dict]:
+    """A part's arguments with its HBM tiles bound to `trace` (the core it runs on)."""
+    def bind(value):
+        if isinstance(value, Tile):
+            if value._trace is trace:
+                return value
+            return Tile(trace, value._storage, value._axes, value.dtype_spec, value._poffset,
+                        value._foffset, name=value.name)
+        if isinstance(value, list):
+            return [bind(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(bind(v) for v in value)
+        return value
+
+    return bind(part.args), {k: bind(v) for k, v in part.kwargs.items()}
 
 
 def _attrs_key(attrs: dict) -> str:

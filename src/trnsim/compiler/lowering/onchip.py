@@ -25,24 +25,33 @@ import dataclasses
 from trnsim.isa import AccessPattern, Memory, Program, field_names
 
 
-def keep_on_chip(program: Program, core) -> list[str]:
-    """Mark the internal tensors kept in SBUF (in place); returns their names."""
+def keep_on_chip(program: Program, core, *, exclude=frozenset(), partial: bool = False) -> list[str]:
+    """Mark the internal tensors kept in SBUF (in place); returns their names.
+
+    `exclude`: tensors that must stay in HBM (another core reads them). `partial`: the program
+    may touch only part of a tensor (its core's share under LNC=2), so a tensor takes the bytes
+    between the first and last it touches rather than all of them."""
     if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
         return []
     budget = core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition
     if budget <= 0:
         return []
     ranges = live_ranges(program)
+    spans = touched_bytes(program) if partial else {}
     kept: list[tuple[int, int, int]] = []  # (first, last, bytes per partition)
     names: list[str] = []
     for name in sorted(ranges, key=lambda n: (ranges[n][0], n)):
+        if name in exclude:
+            continue
         first, last = ranges[name]
-        need = footprint(program.tensors[name].nbytes, core.partitions)
+        lo, hi = spans.get(name, (0, program.tensors[name].nbytes))
+        need = footprint(min(program.tensors[name].nbytes, hi - lo), core.partitions)
         if need + _peak(kept, first, last) <= budget:
             kept.append((first, last, need))
             names.append(name)
     for name in names:
-        program.tensors[name] = dataclasses.replace(program.tensors[name], on_chip=True)
+        program.tensors[name] = dataclasses.replace(program.tensors[name], on_chip=True,
+                                                    on_chip_from=spans.get(name, (0, 0))[0])
     # the kept tensors occupy SBUF beside the kernels' tiles: the program's SBUF peak says so
     # (and whatever else wants the rest, e.g. a pipeline stage caching weights, sees it)
     program.sbuf_peak_bytes_per_partition += _peak(kept, 0, len(program.instructions))
@@ -65,6 +74,23 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
                 first = ranges.get(ap.tensor, (index, index))[0]
                 ranges[ap.tensor] = (first, index)
     return ranges
+
+
+def touched_bytes(program: Program) -> dict[str, tuple[int, int]]:
+    """Per HBM tensor, the span of bytes [first, last + 1) the program touches."""
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    for ins in program.instructions:
+        for ap in _hbm_operands(ins):
+            size = ap.dtype.itemsize
+            start = end = ap.offset
+            reaches = [(ap.partitions, ap.partition_step)] + [(n, stride) for stride, n in ap.dims]
+            for count, stride in reaches:
+                reach = (count - 1) * stride * size
+                start, end = start + min(0, reach), end + max(0, reach)
+            lo[ap.tensor] = min(lo.get(ap.tensor, start), start)
+            hi[ap.tensor] = max(hi.get(ap.tensor, end + size), end + size)
+    return {name: (lo[name], hi[name]) for name in lo}
 
 
 def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
