@@ -93,9 +93,25 @@ def test_a_saved_lnc2_model_loads_with_both_programs(mlp, tmp_path):
     torch.testing.assert_close(loaded(x), compiled[2](x), rtol=0, atol=0)
 
 
-def test_lnc_splits_only_trainium2_and_newer_and_not_tensor_parallel_ranks():
+def test_lnc_splits_only_trainium2_and_newer():
+    assert trnsim.trace(_Mlp().eval(), (torch.randn(2, 1024),),
+                        instance="inf2.xlarge").partner_source is None
+
+
+def test_each_tensor_parallel_rank_is_a_pair_of_cores_that_both_join_its_collectives():
+    torch.manual_seed(0)
     model = _Mlp().eval()
     x = torch.randn(2, 1024)
-    assert trnsim.trace(model, (x,), instance="inf2.xlarge").partner_source is None
-    ranks = trnsim.trace(model, (x,), instance="trn2.48xlarge", tensor_parallel=2)
-    assert ranks.partner_source is None and ranks.tensor_parallel == 2
+    ranks = {lnc: trnsim.trace(model, (x,), instance="trn2.48xlarge", tensor_parallel=2,
+                               auto_cast="none", lnc=lnc) for lnc in (1, 2)}
+    pairs = ranks[2]._rank_physical_programs()
+    assert [len(p) for p in pairs] == [2, 2]
+    collectives = [sum(type(i).__name__ == "CollectiveOp" for i in p.instructions)
+                   for p in pairs[0]]
+    assert collectives[0] == collectives[1] >= 1
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(ranks[2](x), want, rtol=1e-5, atol=1e-5)
+    assert len(ranks[2].rank_timings()) == 4
+    assert ranks[2].timing().total_ns < ranks[1].timing().total_ns
+    assert "LNC=2" in ranks[2].report().notes[0]

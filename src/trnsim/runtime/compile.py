@@ -212,13 +212,10 @@ def _code_digest(packages: tuple[str, ...] = PROGRAM_CODE) -> str:
 
 
 def physical_cores(graph, options, spec) -> int:
-    """Physical NeuronCores the lowering splits one logical core's work over: 2 under LNC=2 (a
-    Trainium2/3 default), except for a tensor-parallel model, whose ranks each stay on one
-    physical core (ASSUMPTION: trnsim does not split a rank's kernels further)."""
+    """Physical NeuronCores the lowering splits one logical core's (one tensor-parallel rank's)
+    work over: 2 under LNC=2, a Trainium2/3 default."""
     lnc = options.lnc or spec.chip.default_lnc
-    if lnc < 2 or spec.chip.core.version < 3 or graph.meta.get("tensor_parallel", 1) > 1:
-        return 1
-    return lnc
+    return 1 if lnc < 2 or spec.chip.core.version < 3 else lnc
 
 
 def _lower_cached(graph, options, spec):

@@ -80,11 +80,16 @@ class CompiledModel:
 
     def rank_programs(self) -> list[Program]:
         """One program per tensor-parallel rank (the same instructions, each rank's weights)."""
+        return [programs[0] for programs in self._rank_physical_programs()]
+
+    def _rank_physical_programs(self) -> list[list[Program]]:
+        """Per tensor-parallel rank, the programs of its physical cores (two under LNC=2)."""
         if self._ranks is None:
             from trnsim.compiler.lowering import rank_program
 
-            self._ranks = [self.program] + [rank_program(self.program, r)
-                                            for r in range(1, self.tensor_parallel)]
+            own = self.physical_programs()
+            self._ranks = [own] + [[rank_program(p, r) for p in own]
+                                   for r in range(1, self.tensor_parallel)]
         return self._ranks
 
     def _simulate(self, arrays, mode: str) -> list:
@@ -105,10 +110,15 @@ class CompiledModel:
         ranks = self.tensor_parallel
         lnc = self.options.get("lnc") or self.chip.default_lnc
         placement = place(World(ranks=ranks, instance=self.instance), self.chip, lnc)
-        slots = [CoreSlot(chip=placement.chips[r], group=r, rank=r) for r in range(ranks)]
-        return simulate_system(self.rank_programs(), [arrays] * ranks if arrays is not None
-                               else None, slots=slots, chip=self.chip, mode=mode,
-                               world=placement.sim_world())
+        programs, slots, inputs = [], [], []
+        for r, physical in enumerate(self._rank_physical_programs()):
+            for c, program in enumerate(physical):
+                programs.append(program)
+                slots.append(CoreSlot(chip=placement.chips[r], group=r, rank=r, lnc_index=c))
+                inputs.append(arrays if c == 0 else None)
+        return simulate_system(programs, inputs if arrays is not None else None, slots=slots,
+                               chip=self.chip, mode=mode, world=placement.sim_world(),
+                               shared=self.shared)
 
     @property
     def instance_spec(self):

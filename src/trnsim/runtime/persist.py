@@ -75,13 +75,15 @@ def load_model(path) -> CompiledModel:
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
         stages = _load_stages(path, program, manifest.get("stages", []))
         shared = manifest.get("lnc_shared")
-        partner = None
-        if shared is not None:
-            partner = program_from_data(read_program(path, "core1"), constants)
         ranks = int(manifest.get("tensor_parallel", 1))
         for name in manifest.get("sharded", []):
             chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
             program.tensors[name].data = _RankArrays(chunks)
+        partner = None
+        if shared is not None:
+            partner = program_from_data(read_program(path, "core1"), constants)
+            for name in manifest.get("sharded", []):
+                partner.tensors[name].data = program.tensors[name].data  # every rank's chunks
     except (KeyError, TypeError, ValueError) as error:
         raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
     return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs, outputs=outputs,

@@ -182,8 +182,11 @@ def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
         notes = [f"latency: batch {batch} on one {profile.core.name}; throughput: {copies} "
                  f"copies (one per visible core) on {chips_used} chip(s) of {instance.name}"]
     else:
+        cores = (f"{profile.core.name}s" if physical == 1 else
+                 f"logical NeuronCores (LNC={physical}: {physical} {profile.core.name}s each, "
+                 f"each kernel split between them)")
         notes = [f"tensor parallel: each copy's weights split over {tensor_parallel} "
-                 f"{profile.core.name}s exchanging activations over the collectives fabric; "
+                 f"{cores} exchanging activations over the collectives fabric; "
                  f"latency: batch {batch}, the slowest rank (its profile is the breakdown); "
                  f"throughput: {copies} copies on {chips_used} chip(s) of {instance.name}"]
     if price is None:

@@ -378,27 +378,39 @@ class _Lowering:
             flops = self._call_on(0, node, label, fn, args, kwargs)
             self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
             return
-        parts = split_call(fn, args, kwargs)
         whole = [Part(args, kwargs)]  # unsplit: core 0
+        if fn is kernels.collective:
+            # every physical core of a rank takes part in its collectives (the fabric reads
+            # core 0's input and writes the result to both, which then hold it alike)
+            for name in self._crossings(whole * len(self.traces)):
+                self._barrier(name, label, node.source)
+            flops = sum(self._call_on(core, node, label, fn, *_rebound(trace, whole[0]))
+                        for core, trace in enumerate(self.traces))
+            self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+            return
+        parts = split_call(fn, args, kwargs)
         if parts is not None and not worth_splitting(fn, args, kwargs, self.trace.core) \
                 and (self._crossings(parts) or not self._crossings(whole)):
             parts = None  # small: split only to follow operands the cores already hold apart
         parts = parts or whole
-        met = self._crossings(parts)
-        for name in met:
-            for trace in self.traces:
-                with tracing(trace):
-                    trace.label, trace.source = label, node.source
-                    trace.emit_now(CoreBarrier, data=self.declared[name].access(),
-                                   cores=tuple(range(len(self.traces))), engine="gpsimd")
-                    trace.label = trace.source = None
-            self.handover.met(name)
-            self.crossing.add(name)
+        for name in self._crossings(parts):
+            self._barrier(name, label, node.source)
         flops = 0
         for core, part in enumerate(parts):
             flops += self._call_on(core, node, label, fn, *_rebound(self.traces[core], part))
             self.handover.wrote(core, part.args[0])
         self.calls.append(KernelCall(label, node.op, node.name, node.source, flops))
+
+    def _barrier(self, name: str, label: str, source: str | None) -> None:
+        """Both cores meet on tensor `name` (one wrote what the other will read)."""
+        for trace in self.traces:
+            with tracing(trace):
+                trace.label, trace.source = label, source
+                trace.emit_now(CoreBarrier, data=self.declared[name].access(),
+                               cores=tuple(range(len(self.traces))), engine="gpsimd")
+                trace.label = trace.source = None
+        self.handover.met(name)
+        self.crossing.add(name)
 
     def _crossings(self, parts: list[Part]) -> list[str]:
         """HBM tensors some core's part reads after the other core wrote them."""

@@ -13,7 +13,9 @@ How neuronx-cc shards is not documented. ASSUMPTION (trnsim's sharding, one rule
   axis or the rows of tokens; other kernels along their first axis of two or more elements that
   the kernel does not reduce over (attention over a masked query axis is not cut: its causal
   offsets are the whole sequence's);
-- kernels without a rule (gather, convolution, pooling, cumsum, pad, collectives) run on core 0,
+- a tensor-parallel rank's collectives are issued by both of its cores, as the fabric wants
+  every physical core of a rank (it reads core 0's input and gives both the result);
+- kernels without a rule (gather, convolution, pooling, cumsum, pad) run on core 0,
   and so does a small kernel, unless its operands are already split its way between the cores
   (then each core works on what it holds, and neither waits): one whose work on one core takes
   less than `MIN_SPLIT_STARTS` DMA start latencies (its operand bytes at the
