@@ -23,14 +23,26 @@ def _model(kind: str):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
+def _appending_reference(model, inputs):
+    """The next token's logits the Hugging Face way: a DynamicCache of the cached positions,
+    appended to with torch.cat."""
+    cache = transformers.DynamicCache(config=model.config)
+    for layer, (k, v) in enumerate(zip(inputs["past_keys"], inputs["past_values"], strict=True)):
+        cache.update(k[:, :, :-1].clone(), v[:, :, :-1].clone(), layer)
+    with torch.no_grad():
+        return model(input_ids=inputs["input_ids"], past_key_values=cache,
+                     use_cache=True).logits[:, -1]
+
+
 @pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
 def test_decode_step_matches_eager(kind):
     model = _model(kind)
     step, inputs = trnsim.decode_step(model, batch=2, context=40)
     assert inputs["input_ids"].shape == (2, 1)
-    assert inputs["past_keys"][0].shape[2] == 40
+    assert inputs["past_keys"][0].shape[2] == 41  # 40 cached positions and the new token's
+    expected = _appending_reference(model, inputs)
     with torch.no_grad():
-        expected = step(**inputs)
+        torch.testing.assert_close(step(**inputs), expected, rtol=1e-5, atol=1e-5)
     compiled = trnsim.trace(step, (), kwargs=inputs, instance="trn1.2xlarge", auto_cast="none")
     got = compiled(**inputs)
     assert got.shape == expected.shape == (2, 500)

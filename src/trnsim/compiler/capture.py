@@ -274,7 +274,7 @@ def translate(exported: Any, name: str, example: tuple[tuple[Any, ...], dict[str
             return graph
         raise UnsupportedOperatorError(unsupported)
     out_fx = next(n for n in exported.graph.nodes if n.op == "output")
-    flat = list(out_fx.args[0])
+    flat = _user_outputs(exported, list(out_fx.args[0]))
     leaves = [values[a.name] if hasattr(a, "name") else a for a in flat]
     graph.outputs = [v for v in leaves if isinstance(v, Node)]
     graph.output_structure = from_treespec(exported.call_spec.out_spec, leaves)
@@ -283,6 +283,20 @@ def translate(exported: Any, name: str, example: tuple[tuple[Any, ...], dict[str
     graph.meta["output_torch_dtypes"] = [str(v.meta["val"].dtype) for v in flat
                                          if hasattr(v, "meta") and "val" in v.meta]
     return graph
+
+
+def _user_outputs(exported: Any, flat: list) -> list:
+    """The model's own outputs. Export also lists the new values of inputs and buffers the
+    model updates in place (a KV cache written at one position): the program updates them in
+    its HBM copy of the input, as the device would, and does not hand them back (the caller's
+    tensors are not modified, as with torch_neuronx.trace)."""
+    from torch.export.graph_signature import OutputKind
+
+    kinds = [spec.kind for spec in exported.graph_signature.output_specs]
+    if len(kinds) != len(flat):
+        return flat
+    return [value for value, kind in zip(flat, kinds, strict=True)
+            if kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)]
 
 
 def _add_placeholders(exported: Any, graph: Graph, values: dict[str, Any]) -> None:

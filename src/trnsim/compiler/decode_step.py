@@ -9,16 +9,18 @@ graphs; this does the same for any model whose forward takes ``past_key_values``
     compiled = trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge")
     print(compiled.report())   # latency = time per output token at a 512-token context
 
-The KV cache is an input (``past_keys`` / ``past_values``: one [batch, kv_heads, context,
-head_dim] tensor per layer) and the output is the next token's logits. The cache is appended to
-with ``torch.cat`` (Hugging Face's ``DynamicCache``), so the step copies the cache once per layer;
-Neuron's stacks write the new entry in place. At short contexts the weights dominate and the
-copy costs a few percent; at long contexts and large batches this step over-states the cache's
-traffic (the report's ``k.concat`` row shows how much).
+The KV cache is an input (``past_keys`` / ``past_values``: one [batch, kv_heads, context + 1,
+head_dim] tensor per layer, the first `context` positions cached, the last free) and the output
+is the next token's logits. As Neuron's stacks do with their preallocated cache, the step writes
+the new token's key and value into the free position in place and attends over the whole
+buffer; the compiled program updates its device copy of the input (the caller's tensors are
+left alone). Layers with a sliding window (Mistral, Gemma2) keep Hugging Face's own cache for
+those layers, which appends with ``torch.cat`` and so copies the window once per step.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -42,7 +44,7 @@ def decode_step(model: Any, *, batch: int = 1, context: int = 128, seed: int = 0
     if limit is not None and context + 1 > limit:
         raise InvalidArgumentError(f"decode_step: context {context} + 1 new token exceeds the "
                                    f"model's max_position_embeddings ({limit})")
-    shape = (batch, _kv_heads(config), context, _head_dim(config))
+    shape = (batch, _kv_heads(config), context + 1, _head_dim(config))
     param = next(model.parameters())
     dtype = param.dtype
     generator = torch.Generator().manual_seed(seed)
@@ -82,8 +84,54 @@ class DecodeStep(torch.nn.Module):
         if len(past_keys) != len(past_values):
             raise InvalidArgumentError(f"decode step: {len(past_keys)} key caches but "
                                        f"{len(past_values)} value caches")
+        new = input_ids.shape[-1]
         cache = DynamicCache(config=self.model.config)
         for layer, (k, v) in enumerate(zip(past_keys, past_values, strict=True)):
-            cache.update(k, v, layer)
+            if k.shape != v.shape or k.shape[-2] <= new:
+                raise InvalidArgumentError(
+                    f"decode step: layer {layer}'s cache is {list(k.shape)} (keys) and "
+                    f"{list(v.shape)} (values); both need the cached positions plus {new} free")
+            seen = k.shape[-2] - new
+            if layer < len(cache.layers) and cache.layers[layer].is_sliding:
+                cache.update(k[:, :, :seen], v[:, :, :seen], layer)  # HF's appending window
+            else:
+                while len(cache.layers) <= layer:
+                    cache.layers.append(None)
+                cache.layers[layer] = _slot_layer(k, v, seen)
         out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
         return out.logits[:, -1]
+
+
+def _slot_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class SlotLayer(DynamicLayer):
+        """A layer's cache with free positions after `seen` tokens: the new tokens' keys and
+        values are written there in place, and attention reads the whole buffer."""
+
+        def __init__(self, keys, values, seen: int) -> None:
+            super().__init__()
+            self.keys, self.values, self.seen = keys, values, seen
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self.seen + key_states.shape[-2]
+            self.keys[:, :, self.seen:end] = key_states
+            self.values[:, :, self.seen:end] = value_states
+            self.seen = end
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.seen
+
+    return SlotLayer
+
+
+@functools.cache
+def _slot_layer_type() -> type:
+    return _slot_layer_class()
+
+
+def _slot_layer(keys, values, seen: int):
+    return _slot_layer_type()(keys, values, seen)

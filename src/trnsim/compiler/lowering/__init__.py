@@ -288,6 +288,10 @@ class _Lowering:
                        **{k: a[k] for k in keys if k in a})
         elif op == "k.cumsum":
             self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
+        elif op == "k.concat" and (update := self._slot_update(node)) is not None:
+            base, key, src = update  # the rebuilt tensor is `base` with one part replaced
+            self._call(node, kernels.copy, base[key], self.tile(src))
+            self.env[id(node)] = base
         elif op == "k.concat":
             self._call(node, kernels.concat, out, [self.tile(n) for n in ins], axis=a["axis"])
         elif op == "k.collective":
@@ -298,6 +302,41 @@ class _Lowering:
                        value=a["value"])
         else:
             raise UnsupportedError(f"{node!r}: no kernel for {op}")
+
+    def _slot_update(self, node: Node) -> tuple[Tile, tuple, Node] | None:
+        """``x[..., a:b, ...] = src`` on a tensor nothing reads afterwards (a KV cache written at
+        its next position) functionalises to concat(x[:a], src, x[b:]) rebuilding x: write src
+        into x's buffer instead of copying x (x, its tile and where src goes; None if not that).
+        """
+        axis = node.attrs["axis"] % node.rank
+        base = src = None
+        offset = start = 0
+        for part in node.inputs:
+            a = part.attrs
+            if part.op == "slice" and a["axis"] % part.rank == axis and a["step"] == 1 \
+                    and a["start"] == offset and part.inputs[0].shape == node.shape \
+                    and base in (None, part.inputs[0]) and a.get("fold", "copy") != "copy" \
+                    and self.users.get(part, []) == [node]:
+                base = part.inputs[0]
+            elif src is None:
+                src, start = part, offset
+            else:
+                return None
+            offset += part.shape[axis]
+        if base is None or src is None or base.op not in ("input", *KERNELS):
+            return None
+        if any(user.inputs[0] is not base or user not in node.inputs
+               for user in self.users.get(base, [])) or id(base) in self.output_ids:
+            return None  # something else reads x's old value
+        tile = self.tile(base)
+        if not _is_whole(tile) or tile._storage.memory is not Memory.HBM:
+            return None
+        if tile._storage.is_input:  # the program may update its own copy of an input
+            tile = Tile(self.trace, dataclasses.replace(tile._storage, is_input=False), tile._axes,
+                        tile.dtype_spec, tile._poffset, tile._foffset, name=tile.name)
+        key = [slice(None)] * node.rank
+        key[axis] = slice(start, start + src.shape[axis])
+        return tile, tuple(key), src
 
     def _constant_index_view(self, node: Node) -> Tile | None:
         """Advanced indexing by constant index tensors that walk the table affinely (masks built
