@@ -64,6 +64,7 @@ def _attention_node(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: N
         k, k_transposed = k.inputs[0], True
     if not k_transposed:
         q, k, v, mask = _ungroup(rw, node, q, k, v, mask)
+        q, k, v, mask = _stack_group(rw, node, q, k, v, mask, kind)
     batch = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     attrs: dict[str, Any] = {
         "scale": float(scale), "mask_kind": kind, "k_transposed": k_transposed,
@@ -99,6 +100,31 @@ def _ungroup(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: Node | N
     q5 = rw.emit("reshape", [q], {"shape": (*q.shape[:-3], kv, r, *q.shape[-2:])},
                  source=node.source)
     return q5, k5, v5, mask
+
+
+def _stack_group(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: Node | None,
+                 kind: str) -> tuple[Node, Node, Node, Node | None]:
+    """The `r` query heads sharing a K/V head as `r` times the queries of one problem.
+
+    After `_ungroup` the attention runs per (*b, kv, r), each query head alone against its
+    shared K/V: at a decode step that is one query row per problem, r problems reading the same
+    keys. When no mask tells the stacked queries apart (none, or one over keys only), the
+    [*b, kv, r, sq, d] queries are the [*b, kv, r * sq, d] queries of one problem over
+    [*b, kv, s, d] K and V (free reshapes), as a grouped-query kernel computes them."""
+    if q.rank != k.rank or k.op != "expand" or v.op != "expand" or kind == "causal":
+        return q, k, v, mask
+    if mask is not None and (mask.rank < 3 or mask.shape[-2] != 1 or mask.shape[-3] != 1):
+        return q, k, v, mask
+    *lead, kv, r, sq, d = q.shape
+
+    def reshaped(x: Node, shape) -> Node:
+        return rw.emit("reshape", [x], {"shape": tuple(shape)}, source=node.source)
+
+    q = reshaped(q, (*lead, kv, r * sq, d))
+    k, v = (reshaped(t.inputs[0], (*t.shape[:-3], *t.shape[-2:])) for t in (k, v))
+    if mask is not None:
+        mask = reshaped(mask, (*mask.shape[:-3], *mask.shape[-2:]))
+    return q, k, v, mask
 
 
 def _repeat_kv(t: Node) -> tuple[Node, int, int] | None:
