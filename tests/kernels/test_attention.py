@@ -52,6 +52,9 @@ CASES = [  # batch, sq, sk, d, dv, mask kind, k transposed, HBM dtype, compute d
     ((1, 1), 2300, 2300, 64, 64, "causal", False, "bfloat16", "bfloat16"),
     ((1, 2), 128, 5000, 64, 64, "causal", False, "float32", "bfloat16"),  # chunks 2, 3 skipped
     ((1, 16), 256, 6000, 128, 64, "none", False, "bfloat16", "bfloat16"),  # 3 heads at a time
+    # no mask: K/V rows loaded interleaved (7 tiles in one load, then a tail tile in order)
+    ((2, 3), 5, 1000, 64, 64, "none", False, "float32", "bfloat16"),
+    ((1, 8), 4, 2177, 64, 32, "none", False, "bfloat16", "bfloat16"),
 ]
 
 
@@ -143,3 +146,15 @@ def test_grouped_query_attention_reads_shared_k_and_v_once(rng, d, sk):
     assert_close(result.output, want, "float32", rtol=1.5e-2)
     summary = result.profile.summary
     assert summary.hbm_read_bytes <= 4 * (q.size + k.size * (128 // d) + v.size) * 1.01
+
+
+def test_unmasked_keys_load_in_long_runs(rng):
+    """Without a mask the key order is free: 16 key tiles of K (and of V) arrive in two DMAs of
+    8-row runs, not 16 DMAs of one 128-byte row per partition."""
+    q = rng.standard_normal((1, 1, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 2048, 64)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 2048, 64)).astype(np.float32)
+    result = run(attention, [q, k, v], (1, 1, 4, 64), "float32", target="inf2", scale=0.125)
+    assert_close(result.output, reference(q, k, v, 0.125), "float32", rtol=1.5e-2)
+    loads = [i for i in result.program.instructions if type(i).__name__ == "DmaCopy"]
+    assert len(loads) == 1 + 2 + 2 + 1  # Q, K, V, the output

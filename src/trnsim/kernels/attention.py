@@ -62,6 +62,7 @@ from trnsim.numerics import dtype as as_dtype
 NEG = -1.0e30  # the additive value of a masked-out score
 MAX_KEYS = 4 * BANK_FP32  # scores of one head for 128 queries must fit in 4 PSUM banks
 MASK_KINDS = ("none", "causal", "bias", "bool")
+INTERLEAVE_TILES = 8  # key tiles per interleaved K/V load (runs of 8 rows: 1 KiB at d=64, bf16)
 
 
 def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile | None = None,
@@ -162,6 +163,16 @@ class _HeadViews:
         heads, _, x = view3.shape
         return hbm_view(view3, (count, heads, x), (ss, hs, xs), offset=s0 * ss)
 
+    @staticmethod
+    def interleaved(view3: Tile, per_partition: int, t0: int, count: int) -> Tile:
+        """Key tiles t0..t0+count of the interleaved order as [P, count, heads, x]: tile t holds
+        rows p * per_partition + t on partition p, so each partition reads one run of `count`
+        consecutive rows per head."""
+        hs, ss, xs = hbm_strides(view3)
+        heads, _, x = view3.shape
+        return hbm_view(view3, (P, count, heads, x), (per_partition * ss, ss, hs, xs),
+                        offset=t0 * ss)
+
 
 class _Attention:
     def __init__(self, views: _HeadViews, heads: int, sq: int, sk: int, d: int, dv: int,
@@ -178,6 +189,13 @@ class _Attention:
         self.v_shared = heads > 1 and hbm_strides(views.v)[-3] == 0
         self.key_tiles = tiles(sk, P)
         self.chunks = tiles(sk, MAX_KEYS)  # one pass up to 2048 keys; more: online softmax
+        # Without a mask the keys' order does not matter (softmax and P @ V sum over them), so
+        # K and V rows are taken interleaved: key tile t < n holds rows p * n + t on partition
+        # p, and INTERLEAVE_TILES tiles load with one DMA whose runs are that many rows long
+        # (a 128-byte row of d = 64 in bf16 alone costs a descriptor each); the rows past
+        # 128 * n form the last tile, in order.
+        self.interleave = sk // P if mask_kind == "none" and not k_transposed \
+            and sk >= 2 * P else 0
         self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
         # masks are added on TensorE in a dtype that holds NEG: fp16 would turn it into -inf
         # (and 0 * inf = NaN in the identity matmul), fp8 into NaN; bf16 has fp32's range
@@ -198,9 +216,13 @@ class _Attention:
             v_heads = 1 if self.v_shared else self.heads
             values = nl.ndarray((P, len(self.key_tiles), v_heads, self.dv), dtype=self.dtype,
                                 buffer=nl.sbuf)
-            for t, (k0, kr) in enumerate(self.key_tiles):
-                values[0:kr, t, :, :] = nl.load(
-                    _HeadViews.rows(_HeadViews.at(v.v, index), k0, kr)[:, 0:v_heads, :])
+            v_view = _HeadViews.at(v.v, index)
+            for t0, count, rows in self._key_row_groups(v_view):
+                if count:
+                    values[:, t0:t0 + count, :, :] = nl.load(rows[:, :, 0:v_heads, :])
+                else:
+                    kr = self.key_tiles[t0][1]
+                    values[0:kr, t0, :, :] = nl.load(rows[:, 0:v_heads, :])
             for b, (q0, qr) in enumerate(blocks):
                 with kernel_scope("query block"):
                     self._query_block(index, q0, qr, q_rows[:, b, :, :], k_t, values)
@@ -232,12 +254,28 @@ class _Attention:
                 p, j = divmod(h, self.heads_per_pack)
                 k_t[j * self.d:(j + 1) * self.d, p, :] = nl.load(k_view[h])
             return k_t
-        for k0, kr in self.key_tiles:
+        for t0, count, view in self._key_row_groups(k_view):
             with kernel_scope("key rows"):
-                rows = nl.ndarray((P, heads, self.d), dtype=self.dtype, buffer=nl.sbuf)
-                rows[0:kr, :, :] = nl.load(_HeadViews.rows(k_view, k0, kr)[:, 0:heads, :])
-                self._transpose_rows(k_t[:, :, k0:k0 + kr], rows, kr, packs)
+                rows = nl.ndarray((P, max(count, 1), heads, self.d), dtype=self.dtype,
+                                  buffer=nl.sbuf)
+                if count:
+                    rows[:, 0:count, :, :] = nl.load(view[:, :, 0:heads, :])
+                else:
+                    rows[0:self.key_tiles[t0][1], 0, :, :] = nl.load(view[:, 0:heads, :])
+                for j in range(max(count, 1)):
+                    k0, kr = self.key_tiles[t0 + j]
+                    self._transpose_rows(k_t[:, :, k0:k0 + kr], rows[:, j, :, :], kr, packs)
         return k_t
+
+    def _key_row_groups(self, view3: Tile):
+        """(first key tile, tiles, HBM view) per load of K or V rows: interleaved groups as
+        [P, tiles, heads, x], or (count 0) one tile's rows in order as [rows, heads, x]."""
+        n = self.interleave
+        for t0, count in (tiles(n, INTERLEAVE_TILES) if n else []):
+            yield t0, count, _HeadViews.interleaved(view3, n, t0, count)
+        for t, (k0, kr) in enumerate(self.key_tiles):
+            if t >= n:
+                yield t, 0, _HeadViews.rows(view3, k0, kr)
 
     # --- 128 queries ---------------------------------------------------------------------------
     def _query_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
