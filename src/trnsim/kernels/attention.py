@@ -19,6 +19,12 @@ Layout (per batch item, the last batch axis read as heads, everything for 128 qu
 - Buffers allocated inside loop iterations rotate (trace ring allocator): the next batch item's
   K/V loads and transposes overlap this one's softmax.
 
+A few queries (at most `FEW_QUERIES`, a decode step) without a mask: keys on partitions
+instead. scores^T[k, q] per key tile, so the softmax's passes use all 128 lanes, P^T is P @ V's
+stationary operand as it stands (no transposes), the row maximum crosses partitions by a
+transpose and comes back by a ones-row matmul, and the row sums are P @ 1 beside P @ V.
+Without a mask K and V rows are loaded interleaved (key order is free), in 8-row runs.
+
 Long sequences:
 
 - Keys beyond 2048 (the scores of 128 queries for one head fill 4 PSUM banks) are taken in
@@ -62,6 +68,7 @@ from trnsim.numerics import dtype as as_dtype
 NEG = -1.0e30  # the additive value of a masked-out score
 MAX_KEYS = 4 * BANK_FP32  # scores of one head for 128 queries must fit in 4 PSUM banks
 MASK_KINDS = ("none", "causal", "bias", "bool")
+FEW_QUERIES = 32  # query blocks up to this many rows take keys on partitions (decode steps)
 INTERLEAVE_TILES = 8  # key tiles per interleaved K/V load (runs of 8 rows: 1 KiB at d=64, bf16)
 
 
@@ -284,6 +291,9 @@ class _Attention:
         groups: TensorE computes the scores of group i while VectorE finds the row maxima of
         group i-1, ScalarE exponentiates group i-2 and TensorE transposes and multiplies group
         i-3."""
+        if self._keys_on_partitions(qr):
+            self._few_queries_block(index, q0, qr, q_rows, k_t, values)
+            return
         if len(self.chunks) > 1:
             self._online_query_block(index, q0, qr, q_rows, k_t, values)
             return
@@ -354,6 +364,81 @@ class _Attention:
             self._merge_chunk(run, values, qr, *pending)
         result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
         run.finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
+        nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+
+    def _keys_on_partitions(self, qr: int) -> bool:
+        """Whether a query block is few enough queries (a decode step) to take keys on partitions:
+        without a mask, with a positive scale, all its transposed scores in 4 PSUM banks."""
+        return (qr <= FEW_QUERIES and self.mask_kind == "none" and self.scale > 0
+                and len(self.key_tiles) * qr <= 4 * BANK_FP32)
+
+    def _few_queries_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
+                           values: Tile) -> None:
+        """A few queries against many keys, per head, with keys on partitions: scores^T[k, q] =
+        K^T[d, k]^T @ Q^T[d, q] per key tile, so softmax and P @ V run on all 128 lanes (queries
+        on partitions would leave all but a few idle) and P^T is already P @ V's stationary
+        operand. The row maximum is a free-axis reduce, a transpose and a reduce; it comes back
+        to every partition through a ones-row matmul; the sums ride along P @ V as P @ 1."""
+        v = self.views
+        d, key_tiles = self.d, self.key_tiles
+        count = len(key_tiles)
+        q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
+        self._transpose_rows(q_t, q_rows, qr)
+        ones = nl.ndarray((P, 1), dtype=self.dtype, buffer=nl.sbuf)
+        ones[...] = nisa.memset((P, 1), 1.0, self.dtype)
+        result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
+        for h in range(self.heads):
+            p, j = divmod(h, self.heads_per_pack)
+            kp = 0 if self.k_shared else p
+            with kernel_scope("head"):
+                scores = psum_tile(count, qr)
+                for t, (k0, kr) in enumerate(key_tiles):
+                    scores[0:kr, t, 0:qr] = nisa.nc_matmul(k_t[j * d:(j + 1) * d, kp, k0:k0 + kr],
+                                                           q_t[j * d:(j + 1) * d, p, 0:qr])
+                # SBUF copy; a last tile's missing rows hold NEG (their exponentials are 0)
+                s = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
+                last = key_tiles[-1][1]
+                full = count if last == P else count - 1
+                if full:
+                    s[:, 0:full, :] = nisa.tensor_copy(scores[:, 0:full, 0:qr])
+                if last < P:
+                    s[:, count - 1, :] = nisa.memset((P, qr), NEG, nl.float32)
+                    s[0:last, count - 1, :] = nisa.tensor_copy(scores[0:last, count - 1, 0:qr])
+                # the row maximum of each query: over tiles, then over partitions
+                lane_max = nl.ndarray((P, qr), dtype=nl.float32, buffer=nl.sbuf)
+                if count == 1:
+                    lane_max[...] = nisa.tensor_copy(s[:, 0, :])
+                else:
+                    lane_max[...] = nisa.tensor_reduce(
+                        np.max, s.ap([[count * qr, P], [1, qr], [qr, count]]), axis=(2,))
+                flipped = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                flipped[0:qr, :] = nisa.nc_transpose(lane_max[:, 0:qr])
+                row_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+                row_max[0:qr] = nisa.tensor_reduce(np.max, flipped[0:qr, :], axis=(1,),
+                                                   keepdims=True)
+                row = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                row[0:1, 0:qr] = nisa.nc_transpose(row_max[0:qr, 0:1])
+                neg_row = nl.ndarray((1, P), dtype=self.dtype, buffer=nl.sbuf)
+                neg_row[0:1, 0:qr] = nisa.tensor_scalar(row[0:1, 0:qr], np.multiply, -1.0)
+                spread = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                spread[:, 0:qr] = nisa.nc_matmul(ones.ap([[1, 1], [0, P]]), neg_row[0:1, 0:qr])
+                # P^T = exp(scale * (s - max)): keys on partitions
+                shifted = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
+                shifted[...] = nisa.tensor_tensor(s, spread.ap([[P, P], [0, count], [1, qr]]),
+                                                  np.add)
+                probs_t = nl.ndarray((P, count, qr), dtype=self.dtype, buffer=nl.sbuf)
+                probs_t[...] = nisa.activation(op=nl.exp, data=shifted, scale=self.scale)
+                acc = psum_tile(1, self.dv + 1, zeros=True)
+                vh = 0 if self.v_shared else h
+                for t, (_, kr) in enumerate(key_tiles):
+                    acc[0:qr, 0, 0:self.dv] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
+                                                              values[0:kr, t, vh, :])
+                    acc[0:qr, 0, self.dv:self.dv + 1] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
+                                                                        ones[0:kr, 0:1])
+                inverse = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+                inverse[0:qr] = nisa.reciprocal(acc[0:qr, 0, self.dv:self.dv + 1])
+                result[0:qr, h, :] = nisa.tensor_tensor(
+                    acc[0:qr, 0, 0:self.dv], inverse.ap([[1, qr], [0, self.dv]]), np.multiply)
         nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
 
     def _merge_chunk(self, run: _RunningSoftmax, values: Tile, qr: int, first: bool, h0: int,
