@@ -19,8 +19,10 @@ Layout (per batch item, the last batch axis read as heads, everything for 128 qu
 - Buffers allocated inside loop iterations rotate (trace ring allocator): the next batch item's
   K/V loads and transposes overlap this one's softmax.
 
-A few queries (at most `FEW_QUERIES`, a decode step) without a mask: keys on partitions
-instead. scores^T[k, q] per key tile, so the softmax's passes use all 128 lanes, P^T is P @ V's
+A few queries (at most `FEW_QUERIES`, a decode step) over at least `FEW_QUERIES_MIN_KEYS` keys
+without a mask: keys on partitions instead (shorter, the path above's pipelining across heads
+wins: 8 heads of 4 queries over 513 keys take 31 us there and 38 us here, over 1025 keys 62 and
+54 us). scores^T[k, q] per key tile, so the softmax's passes use all 128 lanes, P^T is P @ V's
 stationary operand as it stands (no transposes), the row maximum crosses partitions by a
 transpose and comes back by a ones-row matmul, and the row sums are P @ 1 beside P @ V.
 Without a mask K and V rows are loaded interleaved (key order is free), in 8-row runs.
@@ -68,7 +70,8 @@ from trnsim.numerics import dtype as as_dtype
 NEG = -1.0e30  # the additive value of a masked-out score
 MAX_KEYS = 4 * BANK_FP32  # scores of one head for 128 queries must fit in 4 PSUM banks
 MASK_KINDS = ("none", "causal", "bias", "bool")
-FEW_QUERIES = 32  # query blocks up to this many rows take keys on partitions (decode steps)
+FEW_QUERIES = 32  # query blocks up to this many rows take keys on partitions (decode steps)...
+FEW_QUERIES_MIN_KEYS = 1024  # ...over this many keys (below, per-head step latency dominates)
 INTERLEAVE_TILES = 8  # key tiles per interleaved K/V load (runs of 8 rows: 1 KiB at d=64, bf16)
 
 
@@ -369,8 +372,8 @@ class _Attention:
     def _keys_on_partitions(self, qr: int) -> bool:
         """Whether a query block is few enough queries (a decode step) to take keys on partitions:
         without a mask, with a positive scale, all its transposed scores in 4 PSUM banks."""
-        return (qr <= FEW_QUERIES and self.mask_kind == "none" and self.scale > 0
-                and len(self.key_tiles) * qr <= 4 * BANK_FP32)
+        return (qr <= FEW_QUERIES and self.sk >= FEW_QUERIES_MIN_KEYS and self.scale > 0
+                and self.mask_kind == "none" and len(self.key_tiles) * qr <= 4 * BANK_FP32)
 
     def _few_queries_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
                            values: Tile) -> None:
@@ -399,18 +402,14 @@ class _Attention:
                 s = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
                 last = key_tiles[-1][1]
                 full = count if last == P else count - 1
-                if full:
-                    s[:, 0:full, :] = nisa.tensor_copy(scores[:, 0:full, 0:qr])
+                s[:, 0:full, :] = nisa.tensor_copy(scores[:, 0:full, 0:qr])
                 if last < P:
                     s[:, count - 1, :] = nisa.memset((P, qr), NEG, nl.float32)
                     s[0:last, count - 1, :] = nisa.tensor_copy(scores[0:last, count - 1, 0:qr])
                 # the row maximum of each query: over tiles, then over partitions
                 lane_max = nl.ndarray((P, qr), dtype=nl.float32, buffer=nl.sbuf)
-                if count == 1:
-                    lane_max[...] = nisa.tensor_copy(s[:, 0, :])
-                else:
-                    lane_max[...] = nisa.tensor_reduce(
-                        np.max, s.ap([[count * qr, P], [1, qr], [qr, count]]), axis=(2,))
+                lane_max[...] = nisa.tensor_reduce(  # over the key tiles (8 or more)
+                    np.max, s.ap([[count * qr, P], [1, qr], [qr, count]]), axis=(2,))
                 flipped = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
                 flipped[0:qr, :] = nisa.nc_transpose(lane_max[:, 0:qr])
                 row_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
