@@ -200,3 +200,27 @@ def test_vision_rows_have_no_sequence_length(tiny_zoo, monkeypatch, capsys):
                    "1").out
     row = next(line for line in out.splitlines() if name in line)
     assert row.split()[1:3] == ["1", "-"]
+
+
+def test_cli_lnc_sets_the_logical_core_size_where_there_is_one(tiny_zoo, capsys):
+    """--lnc 1 on trn2 shows twice the NeuronCores (copies) of the default LNC=2; inf2 has no
+    logical NeuronCores and ignores it."""
+    def copies(*extra):
+        out = _run_cli(capsys, "bench", "--models", TINY, "--instances",
+                       "trn2.48xlarge,inf2.xlarge", "--batch", "1", "--json", *extra).out
+        return {r["instance"]: r["copies"] for r in json.loads(out)["results"]}
+
+    default, single = copies(), copies("--lnc", "1")
+    assert default["trn2.48xlarge"] == 64 and single["trn2.48xlarge"] == 128
+    assert default["inf2.xlarge"] == single["inf2.xlarge"] == 2
+    assert copies("--lnc", "2")["inf2.xlarge"] == 2
+
+
+def test_an_lnc_the_chip_lacks_is_an_error():
+    import torch
+
+    import trnsim
+    from trnsim.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="logical NeuronCore config 2"):
+        trnsim.trace(torch.nn.Linear(8, 8), (torch.randn(2, 8),), instance="inf2.xlarge", lnc=2)

@@ -131,6 +131,9 @@ def bench_command(
                                 help="Causal LMs: time one generated token per sequence with a "
                                      "KV cache of --seq tokens (trnsim.decode_step), instead of "
                                      "the prompt; throughput is then tokens/s."),
+    lnc: int = typer.Option(None, "--lnc", help="Logical NeuronCore size on Trainium2/3 "
+                            "instances: 2 (their default: two physical cores split each "
+                            "kernel) or 1; other instances ignore it."),
 ) -> None:
     from trnsim.perf import bench
 
@@ -158,7 +161,8 @@ def bench_command(
             done[0] += 1
 
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
-                                   check_numerics=check_numerics, decode=decode, progress=step)
+                                   check_numerics=check_numerics, decode=decode, progress=step,
+                                   lnc=lnc)
         progress.advance(task)
     if plot:
         from trnsim.perf.plot import bench_plot

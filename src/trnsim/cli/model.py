@@ -71,6 +71,8 @@ def compile_command(
                                         help="cores each copy's weights are split over"),
     pipeline_cores: int = typer.Option(None, "--neuroncore-pipeline-cores",
                                        help="inf1: stages of neuron-cc's NeuronCore Pipeline"),
+    lnc: int = typer.Option(None, "--lnc", "--logical-nc-config",
+                            help="trn2/trn3: physical cores per logical NeuronCore (1 or 2)"),
 ) -> None:
     """Trace and compile a PyTorch model; save it (JSON + safetensors) and print its report."""
     import trnsim
@@ -84,7 +86,8 @@ def compile_command(
         inputs = example_inputs(input_shape)
     compiled = trnsim.trace(model, inputs, instance=instance, auto_cast=auto_cast,
                             auto_cast_type=auto_cast_type, cores=cores,
-                            tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores)
+                            tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores,
+                            lnc=lnc)
     path = compiled.save(output)
     out = console()
     out.print(compiled.report().table(), highlight=False, markup=False)

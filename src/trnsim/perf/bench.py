@@ -95,10 +95,11 @@ def build_model(name: str, *, initialise: bool):
 
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
-             decode: bool = False) -> BenchResult:
+             decode: bool = False, lnc: int | None = None) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached).
-    `decode`: one generated token per sequence after `seq` cached tokens."""
+    `decode`: one generated token per sequence after `seq` cached tokens. `lnc`: the logical
+    NeuronCore size on instances that have them (Trainium2/3), else ignored."""
     from trnsim.runtime import trace
 
     start = time.perf_counter()
@@ -111,7 +112,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     else:
         inputs = entry.inputs(batch, seq)
     compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
-                     auto_cast_type=auto_cast_type)
+                     auto_cast_type=auto_cast_type,
+                     lnc=lnc if lnc in spec.chip.lnc_options else None)
     report = compiled.report()
     result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
                          auto_cast=compiled.options["auto_cast"],
@@ -155,7 +157,8 @@ def model_latency_ms(name: str, instance: str, batch: int, seq: int | None,
 def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAULT_BATCHES,
                seqs: dict[str, int] | int | None = None, *, auto_cast: str | None = None,
                auto_cast_type: str = "bf16", check_numerics: bool = False, decode: bool = False,
-               progress: Callable[[str], None] | None = None) -> list[BenchResult]:
+               progress: Callable[[str], None] | None = None,
+               lnc: int | None = None) -> list[BenchResult]:
     results = []
     entries = [zoo_model(name) for name in models]
     if decode:  # refuse an encoder before compiling anything
@@ -175,5 +178,5 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                 results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
                                         auto_cast_type=auto_cast_type,
                                         check_numerics=check_numerics, model=model,
-                                        decode=decode))
+                                        decode=decode, lnc=lnc))
     return results

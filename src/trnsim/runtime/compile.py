@@ -51,6 +51,10 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
                                pipeline_cores=pipeline_cores)
     if options.cores == 1 and (options.pipeline_cores or 1) > 1:  # asked in NEURON_CC_FLAGS
         options = replace(options, cores=options.pipeline_cores)
+    if options.lnc is not None:
+        from trnsim.hardware.devices import resolve_lnc
+
+        resolve_lnc(spec, options.lnc)  # an LNC the chip does not have is an error
     timings: dict[str, float] = {}
     start = time.perf_counter()
     graph = capture(model, example_inputs, kwargs)
