@@ -18,6 +18,8 @@ def _model(kind: str):
         "llama": lambda: transformers.LlamaConfig(**_TINY),
         # context 40 > window 16: the sliding-window mask must reach the compiled step
         "mistral": lambda: transformers.MistralConfig(**_TINY, sliding_window=16),
+        # context 40 < window 64: every key is in the window, the cache is written in place
+        "mistral-in-window": lambda: transformers.MistralConfig(**_TINY, sliding_window=64),
         "gpt2": lambda: transformers.GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=500),
     }[kind]()
     return transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -34,7 +36,7 @@ def _appending_reference(model, inputs):
                      use_cache=True).logits[:, -1]
 
 
-@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "mistral-in-window", "gpt2"])
 def test_decode_step_matches_eager(kind):
     model = _model(kind)
     step, inputs = trnsim.decode_step(model, batch=2, context=40)

@@ -14,8 +14,9 @@ head_dim] tensor per layer, the first `context` positions cached, the last free)
 is the next token's logits. As Neuron's stacks do with their preallocated cache, the step writes
 the new token's key and value into the free position in place and attends over the whole
 buffer; the compiled program updates its device copy of the input (the caller's tensors are
-left alone). Layers with a sliding window (Mistral, Gemma2) keep Hugging Face's own cache for
-those layers, which appends with ``torch.cat`` and so copies the window once per step.
+left alone). A sliding-window layer (Mistral, Gemma2) whose window the context outgrows keeps
+Hugging Face's own cache, which appends with ``torch.cat`` and so copies the window each step
+(within its window it sees every key, and is written in place like the others).
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ class DecodeStep(torch.nn.Module):
                     f"decode step: layer {layer}'s cache is {list(k.shape)} (keys) and "
                     f"{list(v.shape)} (values); both need the cached positions plus {new} free")
             seen = k.shape[-2] - new
-            if layer < len(cache.layers) and cache.layers[layer].is_sliding:
+            existing = cache.layers[layer] if layer < len(cache.layers) else None
+            if existing is not None and existing.is_sliding \
+                    and seen + new > existing.sliding_window:
                 cache.update(k[:, :, :seen], v[:, :, :seen], layer)  # HF's appending window
             else:
                 while len(cache.layers) <= layer:
