@@ -105,3 +105,21 @@ def test_grouped_query_heads_read_shared_k_and_v_without_copies():
         expected = step(**inputs)
     got = trnsim.trace(step, (), kwargs=inputs, instance="inf2.xlarge", auto_cast="none")(**inputs)
     assert float((got - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
+
+
+@pytest.mark.parametrize("batch, heads", [(2, 2), (4, 2)])
+def test_keys_broadcast_over_the_batch_are_not_taken_for_grouped_heads(batch, heads):
+    """One prompt's K/V expanded over a batch is not repeat_kv: stacking query heads on it would
+    mix batch items (or fail)."""
+    torch.manual_seed(0)
+
+    class Shared(torch.nn.Module):
+        def forward(self, q, k, v):
+            shape = (batch, heads, k.shape[-2], k.shape[-1])
+            return torch.nn.functional.scaled_dot_product_attention(q, k.expand(shape),
+                                                                    v.expand(shape))
+
+    q, k, v = torch.randn(batch, heads, 3, 16), torch.randn(1, heads, 40, 16), torch.randn(
+        1, heads, 40, 16)
+    compiled = trnsim.trace(Shared(), (q, k, v), instance="trn1.2xlarge", auto_cast="none")
+    torch.testing.assert_close(compiled(q, k, v), Shared()(q, k, v), rtol=1e-5, atol=1e-5)

@@ -52,3 +52,21 @@ def test_a_tensor_still_read_elsewhere_is_rebuilt_not_overwritten():
     compiled = trnsim.trace(_CacheReadTwice(), (cache, new), instance="trn1.2xlarge",
                             auto_cast="none")
     torch.testing.assert_close(compiled(cache, new), want, rtol=1e-5, atol=1e-4)
+
+
+class _ShiftingCache(torch.nn.Module):
+    """cache[:-1] = cache[1:]; cache[-1:] = new: the source of the update reads the tensor."""
+
+    def forward(self, cache, new):
+        cache[:, :, :-1] = cache[:, :, 1:].clone()
+        cache[:, :, -1:] = new
+        return cache * 2.0
+
+
+def test_an_update_whose_source_reads_the_tensor_is_not_done_in_place():
+    g = torch.Generator().manual_seed(0)
+    cache, new = torch.randn(1, 1, 8192, 1024, generator=g), torch.randn(1, 1, 1, 1024, generator=g)
+    want = _ShiftingCache()(cache.clone(), new)
+    compiled = trnsim.trace(_ShiftingCache(), (cache.clone(), new), instance="trn1.2xlarge",
+                            auto_cast="none")
+    torch.testing.assert_close(compiled(cache.clone(), new), want, rtol=1e-6, atol=1e-6)

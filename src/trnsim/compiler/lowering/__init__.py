@@ -323,8 +323,9 @@ class _Lowering:
             else:
                 return None
             offset += part.shape[axis]
-        if base is None or src is None or base.op not in ("input", *KERNELS):
-            return None
+        if base is None or src is None or base.op not in ("input", *KERNELS) \
+                or any(user is src for user in self.users.get(base, [])):
+            return None  # src itself reads x (a shifting buffer): the copy would overlap
         if any(user.inputs[0] is not base or user not in node.inputs
                for user in self.users.get(base, [])) or id(base) in self.output_ids:
             return None  # something else reads x's old value

@@ -111,7 +111,8 @@ def _stack_group(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: Node
     keys. When no mask tells the stacked queries apart (none, or one over keys only), the
     [*b, kv, r, sq, d] queries are the [*b, kv, r * sq, d] queries of one problem over
     [*b, kv, s, d] K and V (free reshapes), as a grouped-query kernel computes them."""
-    if q.rank != k.rank or k.op != "expand" or v.op != "expand" or kind == "causal":
+    if q.rank < 5 or q.rank != k.rank or kind == "causal" \
+            or not all(_group_broadcast(t) for t in (k, v)):
         return q, k, v, mask
     if mask is not None and (mask.rank < 3 or mask.shape[-2] != 1 or mask.shape[-3] != 1):
         return q, k, v, mask
@@ -125,6 +126,16 @@ def _stack_group(rw: Rewriter, node: Node, q: Node, k: Node, v: Node, mask: Node
     if mask is not None:
         mask = reshaped(mask, (*mask.shape[:-3], *mask.shape[-2:]))
     return q, k, v, mask
+
+
+def _group_broadcast(t: Node) -> bool:
+    """`t` is `_ungroup`'s [*b, kv, r, s, d] view: an expand of axis -3 from size 1 only."""
+    if t.op != "expand":
+        return False
+    source = t.inputs[0]
+    return source.rank == t.rank and source.shape[-3] == 1 and all(
+        a == b for i, (a, b) in enumerate(zip(source.shape, t.shape, strict=True))
+        if i != t.rank - 3)
 
 
 def _repeat_kv(t: Node) -> tuple[Node, int, int] | None:
