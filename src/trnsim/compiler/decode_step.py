@@ -100,12 +100,14 @@ class DecodeStep(torch.nn.Module):
             else:
                 while len(cache.layers) <= layer:
                     cache.layers.append(None)
-                cache.layers[layer] = _slot_layer(k, v, seen)
+                cache.layers[layer] = _slot_layer_type()(k, v, seen)
         out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
         return out.logits[:, -1]
 
 
-def _slot_layer_class():
+@functools.cache
+def _slot_layer_type() -> type:
+    """Built on first use: transformers is imported only by callers of decode_step."""
     from transformers.cache_utils import DynamicLayer
 
     class SlotLayer(DynamicLayer):
@@ -129,12 +131,3 @@ def _slot_layer_class():
             return self.seen
 
     return SlotLayer
-
-
-@functools.cache
-def _slot_layer_type() -> type:
-    return _slot_layer_class()
-
-
-def _slot_layer(keys, values, seen: int):
-    return _slot_layer_type()(keys, values, seen)

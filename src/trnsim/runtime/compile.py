@@ -51,10 +51,7 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
                                pipeline_cores=pipeline_cores)
     if options.cores == 1 and (options.pipeline_cores or 1) > 1:  # asked in NEURON_CC_FLAGS
         options = replace(options, cores=options.pipeline_cores)
-    if options.lnc is not None:
-        from trnsim.hardware.devices import resolve_lnc
-
-        resolve_lnc(spec, options.lnc)  # an LNC the chip does not have is an error
+    physical_cores(options, spec)  # an LNC the chip does not have is an error, before capture
     timings: dict[str, float] = {}
     start = time.perf_counter()
     graph = capture(model, example_inputs, kwargs)
@@ -215,11 +212,12 @@ def _code_digest(packages: tuple[str, ...] = PROGRAM_CODE) -> str:
     return _CODE_DIGESTS[packages]
 
 
-def physical_cores(graph, options, spec) -> int:
+def physical_cores(options, spec) -> int:
     """Physical NeuronCores the lowering splits one logical core's (one tensor-parallel rank's)
-    work over: 2 under LNC=2, a Trainium2/3 default."""
-    lnc = options.lnc or spec.chip.default_lnc
-    return 1 if lnc < 2 or spec.chip.core.version < 3 else lnc
+    work over: the LNC, 2 by default on Trainium2/3 (only they have logical cores)."""
+    from trnsim.hardware.devices import resolve_lnc
+
+    return resolve_lnc(spec, options.lnc)
 
 
 def _lower_cached(graph, options, spec):
@@ -230,7 +228,7 @@ def _lower_cached(graph, options, spec):
     from trnsim.compiler.lowering import KernelCall, Lowered, lower
 
     core = spec.chip.core
-    lnc = physical_cores(graph, options, spec)
+    lnc = physical_cores(options, spec)
     root = cache_dir()
     path = root / f"{cache_key(graph, options, core)}.json" if root else None
     if path is not None and path.exists():

@@ -168,8 +168,11 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
+_NONE: Mapping[str, int] = {}  # no on-chip tensors
+
+
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
-               on_chip: Mapping[str, int] | frozenset[str] = frozenset()) -> Plan:
+               on_chip: Mapping[str, int] = _NONE) -> Plan:
     """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
     keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
     move nothing (see `_dma_plan`)."""
@@ -210,7 +213,7 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
 
 def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
               writes: tuple[AccessPattern, ...], plan: Plan,
-              on_chip: Mapping[str, int] | frozenset[str] = frozenset()) -> DmaPlan:
+              on_chip: Mapping[str, int] = _NONE) -> DmaPlan:
     """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
     on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
 
@@ -244,7 +247,7 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
 
 
 def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-              on_chip: Mapping[str, int] | frozenset[str], partitions: int) -> bool:
+              on_chip: Mapping[str, int], partitions: int) -> bool:
     """A plain copy whose HBM-declared operands are all on chip, each read or written one
     partition's run at a time, with SBUF on the other side and no cast (see `_dma_plan`)."""
     operands = (*reads, *writes)
@@ -263,7 +266,7 @@ def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...
             return False
         # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
         # SBUF side must start on the first row's partition, else the data crosses lanes
-        start = on_chip.get(ap.tensor, 0) if isinstance(on_chip, Mapping) else 0
+        start = on_chip[ap.tensor]
         row = (ap.offset - start) // ap.dtype.itemsize // ap.partition_step \
             if ap.partition_step else 0
         if (row - lane) % partitions:

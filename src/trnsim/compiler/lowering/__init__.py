@@ -323,12 +323,13 @@ class _Lowering:
             else:
                 return None
             offset += part.shape[axis]
-        if base is None or src is None or base.op not in ("input", *KERNELS) \
-                or any(user is src for user in self.users.get(base, [])):
-            return None  # src itself reads x (a shifting buffer): the copy would overlap
-        if any(user.inputs[0] is not base or user not in node.inputs
-               for user in self.users.get(base, [])) or id(base) in self.output_ids:
-            return None  # something else reads x's old value
+        if base is None or src is None or base.op not in ("input", *KERNELS):
+            return None
+        # only the kept parts may read x's old value: not src (a shifting buffer's copy would
+        # overlap itself), nothing else, and x is no output
+        if any(user is src or user not in node.inputs for user in self.users.get(base, [])) \
+                or id(base) in self.output_ids:
+            return None
         tile = self.tile(base)
         if not _is_whole(tile) or tile._storage.memory is not Memory.HBM:
             return None

@@ -78,19 +78,13 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
 
 def touched_bytes(program: Program) -> dict[str, tuple[int, int]]:
     """Per HBM tensor, the span of bytes [first, last + 1) the program touches."""
-    lo: dict[str, int] = {}
-    hi: dict[str, int] = {}
+    spans: dict[str, tuple[int, int]] = {}
     for ins in program.instructions:
         for ap in _hbm_operands(ins):
-            size = ap.dtype.itemsize
-            start = end = ap.offset
-            reaches = [(ap.partitions, ap.partition_step)] + [(n, stride) for stride, n in ap.dims]
-            for count, stride in reaches:
-                reach = (count - 1) * stride * size
-                start, end = start + min(0, reach), end + max(0, reach)
-            lo[ap.tensor] = min(lo.get(ap.tensor, start), start)
-            hi[ap.tensor] = max(hi.get(ap.tensor, end + size), end + size)
-    return {name: (lo[name], hi[name]) for name in lo}
+            start, end = ap.byte_span()
+            known = spans.get(ap.tensor, (start, end))
+            spans[ap.tensor] = (min(known[0], start), max(known[1], end))
+    return spans
 
 
 def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
