@@ -12,7 +12,9 @@ from trnsim.kernels.harness import run
 from trnsim.numerics import dtype
 
 OPS = ["sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var"]
-AXES = [((2,), False), ((0,), True), ((1, 2), False), ((), False)]
+# (1,): 200 reduced rows strided in HBM, read by the transposing path over two column blocks;
+# (0, 2): reduced axes that do not fold into one column axis
+AXES = [((2,), False), ((0,), True), ((1,), False), ((1, 2), False), ((0, 2), True), ((), False)]
 CASES = [(op, axes, keep) for op in OPS for axes, keep in AXES
          if not (op.startswith("arg") and len(axes) == 2) and not (op == "var" and not axes)]
 

@@ -87,6 +87,14 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
     if op in ("argmax", "argmin") and len(axes) > 1 and len(axes) != x.ndim:
         raise InvalidArgumentError(f"{op} over several axes {axes}")
     view, kept = _moved_last(x, axes)
+    if merged(view[(0,) * kept] if kept else view, 0) is None:
+        # reduced axes that do not step uniformly in HBM (sum over axes 0 and 2 of [4, 64, 32]):
+        # make the kept-first view dense once, so they fold into one column axis
+        from trnsim.kernels.elementwise import copy
+
+        dense = nl.ndarray(tuple(view.shape), dtype=view.dtype, buffer=nl.hbm)
+        copy(dense, view)
+        view = dense
     kept_shape = view.shape[:kept]
     out_view = hbm_view(out, kept_shape or (1,), [s for i, s in enumerate(hbm_strides(out))
                                                   if not (keepdim and i in axes)] or [1])
@@ -139,20 +147,22 @@ def _direct(columns: Tile, out_rows: Tile, reducer: _Reducer) -> None:
 
 def _transposed(columns: Tile, out_rows: Tile, reducer: _Reducer) -> None:
     """Rows (kept) are contiguous in HBM, columns (reduced) strided: load [128 reduced, 128
-    kept] blocks with contiguous runs and transpose them on TensorE."""
+    kept] blocks with contiguous runs and transpose them on TensorE, BN_CHUNK columns into one
+    PSUM bank, so the reducer sees the same column chunks as `_direct`'s."""
     rows, cols = columns.shape
     flipped = hbm_view(columns, (cols, rows), hbm_strides(columns)[::-1])  # [reduced, kept]
     evictor = Evictor()
     for t in nl.affine_range(ceil_div(rows, P)):
         r0, rr = t * P, min(P, rows - t * P)
         state = reducer.start(rr)
-        for c0, cw in tiles(cols, P):
+        for c0, cw in tiles(cols, BN_CHUNK):
             with kernel_scope("transposed chunk"):
-                block = nl.ndarray((P, P), dtype=columns.dtype, buffer=nl.sbuf)
-                block[0:cw, 0:rr] = nl.load(flipped[c0:c0 + cw, r0:r0 + rr])
-                bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                bank[0:rr, 0:cw] = nisa.nc_transpose(block[0:cw, 0:rr])
-                values = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+                bank = nl.ndarray((P, BN_CHUNK), dtype=nl.float32, buffer=nl.psum)
+                for s0, sw in tiles(cw, P):
+                    block = nl.ndarray((P, P), dtype=columns.dtype, buffer=nl.sbuf)
+                    block[0:sw, 0:rr] = nl.load(flipped[c0 + s0:c0 + s0 + sw, r0:r0 + rr])
+                    bank[0:rr, s0:s0 + sw] = nisa.nc_transpose(block[0:sw, 0:rr])
+                values = nl.ndarray((P, BN_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
                 evictor.copy(values[0:rr, 0:cw], bank[0:rr, 0:cw])
                 reducer.add(state, values[0:rr, 0:cw], c0)
         reducer.finish(state, out_rows[r0:r0 + rr, :])
