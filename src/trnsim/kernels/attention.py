@@ -37,10 +37,13 @@ Long sequences:
 - K^T, V and Q of the heads in flight stay in SBUF for the whole sequence; when they would take
   more than half the kernel's SBUF budget, heads are taken a few at a time (each group reads
   its own slice of Q, K and V once).
+- When one head does not fit (about 14K keys at d = 128 in bf16 on NeuronCore-v2), K and V are
+  streamed: per group of `STREAM_QUERY_BLOCKS` query blocks, one pass over the keys a segment
+  (a multiple of 2048 keys, two segments' room so loads run ahead) at a time, each query
+  block's chunks merged into its own running softmax, as flash attention orders its loops.
+  A few queries (a decode step) take each segment with keys on partitions and merge per head.
 
-Limits: d <= 128, and one head's K^T, V and Q must fit in half the SBUF budget (about 14K keys
-at d = 128 in bf16 on NeuronCore-v2); beyond that K and V would have to be streamed per query
-block, which is not implemented.
+Limits: d <= 128.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ MASK_KINDS = ("none", "causal", "bias", "bool")
 FEW_QUERIES = 32  # query blocks up to this many rows take keys on partitions (decode steps)...
 FEW_QUERIES_MIN_KEYS = 1024  # ...over this many keys (below, per-head step latency dominates)
 INTERLEAVE_TILES = 8  # key tiles per interleaved K/V load (runs of 8 rows: 1 KiB at d=64, bf16)
+# query blocks that share one pass over streamed K/V: K and V are read from HBM once per this
+# many blocks; their Q and running softmax state (about 1.3 KiB a block at d = 128) stay in SBUF
+STREAM_QUERY_BLOCKS = 16
 
 
 def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile | None = None,
@@ -101,37 +107,56 @@ def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile 
         outer = batch[:-1] if batch else ()
         mask_heads = 0 if mask is None else (
             heads if batch and hbm_strides(broadcast_to_shape(mask, (*batch, sq, sk)))[-3] else 1)
-        chunk = _heads_in_flight(heads, sq, sk, d, dv, compute_dtype, out.dtype, mask_heads)
+        chunk, segment, superblock = _plan(heads, sq, sk, d, dv, compute_dtype, out.dtype,
+                                           mask_heads)
         kernels = [_Attention(_HeadViews(out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed,
                                          (h0, hn)),
                               hn, sq, sk, d, dv, float(scale), mask_kind, compute_dtype,
-                              k_transposed) for h0, hn in tiles(heads, chunk)]
+                              k_transposed, segment, superblock)
+                   for h0, hn in tiles(heads, chunk)]
         for index in (np.ndindex(*outer) if outer else [()]):
             for kernel in kernels:
                 kernel.batch_item(tuple(int(i) for i in index))
 
 
-def _heads_in_flight(heads: int, sq: int, sk: int, d: int, dv: int, compute_dtype, out_dtype,
-                     mask_heads: int) -> int:
-    """How many heads' K^T, V and Q stay in SBUF at once: all of them unless that takes more than
-    half the operand budget (the other half is the chunks' scores, probabilities and masks).
-    `mask_heads`: 0 without a mask, 1 for one shared by the heads, else the head count."""
-    item = as_dtype(compute_dtype).itemsize
+def _plan(heads: int, sq: int, sk: int, d: int, dv: int, compute_dtype, out_dtype,
+          mask_heads: int) -> tuple[int, int | None, int]:
+    """(heads in flight, key segment, query blocks per K/V pass).
+
+    K^T, V and Q of the heads in flight stay in SBUF for the whole sequence unless that takes
+    more than half the operand budget (the other half is the chunks' scores, probabilities and
+    masks); then heads are taken a few at a time. When even one head does not fit, K and V are
+    streamed (segment is not None): one transpose pack of heads, `STREAM_QUERY_BLOCKS` query
+    blocks at a time, each pass over the keys loading `segment` keys at a time, room for two
+    segments so the next one's loads overlap this one's work. `mask_heads`: 0 without a mask,
+    1 for one shared by the heads, else the head count."""
+    item, out_item = as_dtype(compute_dtype).itemsize, as_dtype(out_dtype).itemsize
     per_pack = _heads_per_pack(d)
     mask_bytes = 12 * min(sk, MAX_KEYS)  # fp32 raw and scaled values, two bf16 parts
-    per_head = (sk * item / per_pack + ceil_div(sk, P) * dv * item + ceil_div(sq, P) * d * item
-                + dv * as_dtype(out_dtype).itemsize + P * item / per_pack
+
+    def key_bytes(n: int) -> float:  # one head's K^T (shared by its pack) and V
+        return n * item / per_pack + ceil_div(n, P) * dv * item
+
+    per_head = (key_bytes(sk) + ceil_div(sq, P) * d * item + dv * out_item + P * item / per_pack
                 + (mask_bytes if mask_heads > 1 else 0))
     limit = operand_budget_bytes() // 2 - (mask_bytes if mask_heads == 1 else 0)
+    blocks = ceil_div(sq, P)
     if heads * per_head <= limit:
-        return heads
+        return heads, None, blocks
     fit = int(limit // per_head)
-    if fit < 1:
+    if fit >= 1:
+        return (fit // per_pack * per_pack if fit >= per_pack else fit), None, blocks
+    hn = min(heads, per_pack)
+    superblock = min(blocks, STREAM_QUERY_BLOCKS)
+    # per query block and head: Q rows, Q^T, the running max, sum and output, the result
+    block_bytes = d * item + P * item / per_pack + (dv + 2) * 4 + dv * out_item
+    room = (limit - hn * (superblock * block_bytes + (mask_bytes if mask_heads > 1 else 0))) / 2
+    segment = int(room // (hn * key_bytes(P) / P)) // MAX_KEYS * MAX_KEYS
+    if segment < MAX_KEYS:
         raise LimitExceededError(
-            "attention SBUF bytes per partition for one head's K^T, V and Q", int(per_head),
-            limit, context=f"{sk} keys, {sq} queries, head dim {d}; longer sequences need K "
-                           f"and V streamed per query block, not implemented")
-    return fit // per_pack * per_pack if fit >= per_pack else fit  # whole transpose packs
+            "attention SBUF bytes per partition for one K/V segment", int(hn * key_bytes(MAX_KEYS)),
+            int(room), context=f"{sk} keys, {sq} queries, head dim {d}")
+    return hn, min(segment, ceil_div(sk, MAX_KEYS) * MAX_KEYS), superblock
 
 
 def _heads_per_pack(d: int) -> int:
@@ -186,8 +211,10 @@ class _HeadViews:
 
 class _Attention:
     def __init__(self, views: _HeadViews, heads: int, sq: int, sk: int, d: int, dv: int,
-                 scale: float, mask_kind: str, compute_dtype, k_transposed: bool) -> None:
+                 scale: float, mask_kind: str, compute_dtype, k_transposed: bool,
+                 segment: int | None = None, superblock: int = 1) -> None:
         self.views, self.heads, self.sq, self.sk, self.d, self.dv = views, heads, sq, sk, d, dv
+        self.segment, self.superblock = segment, superblock  # K/V streamed when segment is set
         self.scale, self.mask_kind, self.dtype = scale, mask_kind, compute_dtype
         self.k_transposed = k_transposed
         self.evictor = Evictor()
@@ -204,8 +231,7 @@ class _Attention:
         # p, and INTERLEAVE_TILES tiles load with one DMA whose runs are that many rows long
         # (a 128-byte row of d = 64 in bf16 alone costs a descriptor each); the rows past
         # 128 * n form the last tile, in order.
-        self.interleave = sk // P if mask_kind == "none" and not k_transposed \
-            and sk >= 2 * P else 0
+        self.interleave = mask_kind == "none" and not k_transposed
         self.group = max(1, min(heads, BANK_FP32 // sk, BANK_FP32 // dv))
         # masks are added on TensorE in a dtype that holds NEG: fp16 would turn it into -inf
         # (and 0 * inf = NaN in the identity matmul), fp8 into NaN; bf16 has fp32's range
@@ -214,6 +240,9 @@ class _Attention:
 
     # --- per batch item: K^T and V for all heads, then 128 queries at a time ------------------
     def batch_item(self, index: tuple[int, ...]) -> None:
+        if self.segment is not None:
+            self._streamed_item(index)
+            return
         v = self.views
         with kernel_scope("batch item"):  # freed at the end: the next item's buffers rotate
             blocks = tiles(self.sq, P)
@@ -222,20 +251,81 @@ class _Attention:
             for b, (q0, qr) in enumerate(blocks):  # queries first: the first scores need them
                 q_rows[0:qr, b, :, :] = nl.load(_HeadViews.rows(_HeadViews.at(v.q, index), q0,
                                                                 qr))
-            k_t = self._keys_transposed(_HeadViews.at(v.k, index))
-            v_heads = 1 if self.v_shared else self.heads
-            values = nl.ndarray((P, len(self.key_tiles), v_heads, self.dv), dtype=self.dtype,
-                                buffer=nl.sbuf)
-            v_view = _HeadViews.at(v.v, index)
-            for t0, count, rows in self._key_row_groups(v_view):
-                if count:
-                    values[:, t0:t0 + count, :, :] = nl.load(rows[:, :, 0:v_heads, :])
-                else:
-                    kr = self.key_tiles[t0][1]
-                    values[0:kr, t0, :, :] = nl.load(rows[:, 0:v_heads, :])
+            k_t = self._keys_transposed(_HeadViews.at(v.k, index), self.key_tiles)
+            values = self._values(_HeadViews.at(v.v, index), self.key_tiles)
             for b, (q0, qr) in enumerate(blocks):
                 with kernel_scope("query block"):
                     self._query_block(index, q0, qr, q_rows[:, b, :, :], k_t, values)
+
+    def _values(self, v_view: Tile, key_tiles: list[tuple[int, int]]) -> Tile:
+        """V rows of `key_tiles` (of a [heads, keys, dv] view) as [keys on partitions, tiles,
+        heads, dv] in the compute dtype."""
+        v_heads = 1 if self.v_shared else self.heads
+        values = nl.ndarray((P, len(key_tiles), v_heads, self.dv), dtype=self.dtype,
+                            buffer=nl.sbuf)
+        for t0, count, rows in self._key_row_groups(v_view, key_tiles):
+            if count:
+                values[:, t0:t0 + count, :, :] = nl.load(rows[:, :, 0:v_heads, :])
+            else:
+                kr = key_tiles[t0][1]
+                values[0:kr, t0, :, :] = nl.load(rows[:, 0:v_heads, :])
+        return values
+
+    def _streamed_item(self, index: tuple[int, ...]) -> None:
+        """Keys past what SBUF holds for one head: per group of query blocks, one pass over the
+        keys, `segment` keys of K^T and V at a time, each query block's chunks merged into its
+        own running softmax (flash attention's loop order: K and V are read once per group of
+        query blocks)."""
+        v = self.views
+        q_view, k_view, v_view = (_HeadViews.at(t, index) for t in (v.q, v.k, v.v))
+        blocks = tiles(self.sq, P)
+        causal = self.mask_kind == "causal"
+        for b0, bn in tiles(len(blocks), self.superblock):
+            mine = blocks[b0:b0 + bn]
+            with kernel_scope("query blocks"):
+                # the chunk buffers live across segments: allocated per segment, PSUM's 4-bank
+                # scores would land between other tiles and fragment the ring
+                buffers = (psum_tile(self.group, MAX_KEYS),
+                           [_SoftmaxState(self.group, MAX_KEYS, self.dtype) for _ in range(2)])
+                q_t = nl.ndarray((P, bn, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
+                for j, (q0, qr) in enumerate(mine):
+                    rows = nl.ndarray((P, self.heads, self.d), dtype=self.dtype, buffer=nl.sbuf)
+                    rows[0:qr] = nl.load(_HeadViews.rows(q_view, q0, qr))
+                    self._transpose_rows(q_t[:, j, :, :], rows, qr)
+                runs = [_RunningSoftmax(self.heads, self.dv) for _ in mine]
+                ones = self._ones()
+                last_query = mine[-1][0] + mine[-1][1] - 1
+                for s0, sn in tiles(self.sk, self.segment):
+                    if causal and s0 > last_query:  # keys after every query of these blocks
+                        break
+                    with kernel_scope("key segment"):
+                        key_tiles = tiles(sn, P)
+                        k_t = self._keys_transposed(
+                            self._segment(k_view, s0, sn, self.k_transposed), key_tiles)
+                        values = self._values(self._segment(v_view, s0, sn), key_tiles)
+                        for j, (q0, qr) in enumerate(mine):
+                            if self._keys_on_partitions(qr, len(key_tiles)):
+                                self._few_queries_segment(qr, q_t[:, j, :, :], k_t, values,
+                                                          key_tiles, runs[j], buffers[1][0],
+                                                          ones)
+                                continue
+                            chunks = [(s0 + c0, cw) for c0, cw in tiles(sn, MAX_KEYS)]
+                            if causal:
+                                chunks = [(k0, min(kw, q0 + qr - k0)) for k0, kw in chunks
+                                          if k0 < q0 + qr]
+                            self._online_chunks(index, q0, qr, q_t[:, j, :, :], k_t, values,
+                                                chunks, runs[j], s0, buffers)
+                for j, (q0, qr) in enumerate(mine):
+                    result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype,
+                                        buffer=nl.sbuf)
+                    runs[j].finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
+                    nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr),
+                             value=result[0:qr])
+
+    @staticmethod
+    def _segment(view3: Tile, s0: int, sn: int, keys_last: bool = False) -> Tile:
+        """Keys s0..s0+sn of a [heads, keys, x] view ([heads, d, keys] with `keys_last`)."""
+        return view3[:, :, s0:s0 + sn] if keys_last else view3[:, s0:s0 + sn, :]
 
     def _transpose_rows(self, dst: Tile, rows: Tile, count: int, packs: int | None = None
                         ) -> None:
@@ -253,37 +343,40 @@ class _Attention:
                         rows[0:count, h0:h0 + hn, :])
                 self.evictor.copy(dst[0:width, p0:p0 + n, 0:count], bank[0:width, 0:n, 0:count])
 
-    def _keys_transposed(self, k_view: Tile) -> Tile:
-        """K^T for all heads: [pack heads * d (partitions), packs, sk] in the compute dtype (one
-        pack when every head shares K: a head's scores read its pack slot of pack 0)."""
+    def _keys_transposed(self, k_view: Tile, key_tiles: list[tuple[int, int]]) -> Tile:
+        """K^T of `key_tiles` for all heads: [pack heads * d (partitions), packs, keys] in the
+        compute dtype (one pack when every head shares K: a head's scores read its pack slot of
+        pack 0)."""
         packs = 1 if self.k_shared else self.packs
         heads = min(self.heads, self.heads_per_pack) if self.k_shared else self.heads
-        k_t = nl.ndarray((P, packs, self.sk), dtype=self.dtype, buffer=nl.sbuf)
+        keys = key_tiles[-1][0] + key_tiles[-1][1]
+        k_t = nl.ndarray((P, packs, keys), dtype=self.dtype, buffer=nl.sbuf)
         if self.k_transposed:  # stored [heads, d, sk]: already d-major
             for h in range(heads):
                 p, j = divmod(h, self.heads_per_pack)
                 k_t[j * self.d:(j + 1) * self.d, p, :] = nl.load(k_view[h])
             return k_t
-        for t0, count, view in self._key_row_groups(k_view):
+        for t0, count, view in self._key_row_groups(k_view, key_tiles):
             with kernel_scope("key rows"):
                 rows = nl.ndarray((P, max(count, 1), heads, self.d), dtype=self.dtype,
                                   buffer=nl.sbuf)
                 if count:
                     rows[:, 0:count, :, :] = nl.load(view[:, :, 0:heads, :])
                 else:
-                    rows[0:self.key_tiles[t0][1], 0, :, :] = nl.load(view[:, 0:heads, :])
+                    rows[0:key_tiles[t0][1], 0, :, :] = nl.load(view[:, 0:heads, :])
                 for j in range(max(count, 1)):
-                    k0, kr = self.key_tiles[t0 + j]
+                    k0, kr = key_tiles[t0 + j]
                     self._transpose_rows(k_t[:, :, k0:k0 + kr], rows[:, j, :, :], kr, packs)
         return k_t
 
-    def _key_row_groups(self, view3: Tile):
+    def _key_row_groups(self, view3: Tile, key_tiles: list[tuple[int, int]]):
         """(first key tile, tiles, HBM view) per load of K or V rows: interleaved groups as
         [P, tiles, heads, x], or (count 0) one tile's rows in order as [rows, heads, x]."""
-        n = self.interleave
+        keys = key_tiles[-1][0] + key_tiles[-1][1]
+        n = keys // P if self.interleave and keys >= 2 * P else 0  # tiles taken interleaved
         for t0, count in (tiles(n, INTERLEAVE_TILES) if n else []):
             yield t0, count, _HeadViews.interleaved(view3, n, t0, count)
-        for t, (k0, kr) in enumerate(self.key_tiles):
+        for t, (k0, kr) in enumerate(key_tiles):
             if t >= n:
                 yield t, 0, _HeadViews.rows(view3, k0, kr)
 
@@ -339,15 +432,25 @@ class _Attention:
         q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
         self._transpose_rows(q_t, q_rows, qr)
         run = _RunningSoftmax(self.heads, self.dv)
-        last_query = q0 + qr - 1
         chunks = self.chunks
         if self.mask_kind == "causal":  # keys after the last query are masked for every query
-            chunks = [(k0, min(kw, last_query + 1 - k0)) for k0, kw in chunks if k0 <= last_query]
-        scores = psum_tile(self.group, MAX_KEYS)
-        states = [_SoftmaxState(self.group, MAX_KEYS, self.dtype) for _ in range(2)]
-        # software-pipelined by one step: TensorE computes step i's scores (once step i-1's
-        # exponentials have read the shared PSUM buffer) before transposing step i-1's
-        # probabilities, so VectorE's row max of step i overlaps that work
+            chunks = [(k0, min(kw, q0 + qr - k0)) for k0, kw in chunks if k0 < q0 + qr]
+        self._online_chunks(index, q0, qr, q_t, k_t, values, chunks, run)
+        result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
+        run.finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
+        nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+
+    def _online_chunks(self, index, q0: int, qr: int, q_t: Tile, k_t: Tile, values: Tile,
+                       chunks: list[tuple[int, int]], run: _RunningSoftmax, base: int = 0,
+                       buffers: tuple[Tile, list[_SoftmaxState]] | None = None) -> None:
+        """Merge key chunks (absolute positions; k_t and values hold keys from `base`) into the
+        running softmax of 128 queries, software-pipelined by one step: TensorE computes step
+        i's scores (once step i-1's exponentials have read the shared PSUM buffer) before
+        transposing step i-1's probabilities, so VectorE's row max of step i overlaps that
+        work. `buffers`: the PSUM scores and two softmax states, if the caller holds them."""
+        scores, states = buffers or (psum_tile(self.group, MAX_KEYS),
+                                     [_SoftmaxState(self.group, MAX_KEYS, self.dtype)
+                                      for _ in range(2)])
         pending: tuple | None = None
         step = 0
         for c, (k0, kw) in enumerate(chunks):
@@ -357,88 +460,116 @@ class _Attention:
                     state = states[step % 2]
                     step += 1
                     chunk_scores = scores[:, :, 0:kw]
-                    self._scores((h0, hn), qr, q_t, k_t, chunk_scores, mask, (k0, kw))
+                    self._scores((h0, hn), qr, q_t, k_t, chunk_scores, mask, (k0, kw), base)
                     self._row_max(hn, qr, chunk_scores, state)
                     self._exponentials(hn, qr, state, kw, normalise=False)
                     if pending is not None:
                         self._merge_chunk(run, values, qr, *pending)
-                    pending = (c == 0, h0, hn, k0, kw, state)
+                    pending = (c == 0 and not run.started, h0, hn, k0 - base, kw, state)
         if pending is not None:
             self._merge_chunk(run, values, qr, *pending)
-        result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
-        run.finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
-        nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+        run.started = run.started or bool(chunks)
 
-    def _keys_on_partitions(self, qr: int) -> bool:
+    def _keys_on_partitions(self, qr: int, key_tiles: int | None = None) -> bool:
         """Whether a query block is few enough queries (a decode step) to take keys on partitions:
-        without a mask, with a positive scale, all its transposed scores in 4 PSUM banks."""
+        without a mask, with a positive scale, all its transposed scores (over all keys, or
+        over `key_tiles` of a K/V segment) in 4 PSUM banks."""
+        key_tiles = key_tiles or len(self.key_tiles)
         return (qr <= FEW_QUERIES and self.sk >= FEW_QUERIES_MIN_KEYS and self.scale > 0
-                and self.mask_kind == "none" and len(self.key_tiles) * qr <= 4 * BANK_FP32)
+                and self.mask_kind == "none" and key_tiles * qr <= 4 * BANK_FP32)
 
     def _few_queries_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
                            values: Tile) -> None:
-        """A few queries against many keys, per head, with keys on partitions: scores^T[k, q] =
-        K^T[d, k]^T @ Q^T[d, q] per key tile, so softmax and P @ V run on all 128 lanes (queries
-        on partitions would leave all but a few idle) and P^T is already P @ V's stationary
-        operand. The row maximum is a free-axis reduce, a transpose and a reduce; it comes back
-        to every partition through a ones-row matmul; the sums ride along P @ V as P @ 1."""
+        """A few queries against many keys, per head, with keys on partitions (`_few_queries_head`),
+        each head's output divided by its row sums."""
         v = self.views
-        d, key_tiles = self.d, self.key_tiles
-        count = len(key_tiles)
         q_t = nl.ndarray((P, self.packs, P), dtype=self.dtype, buffer=nl.sbuf)
         self._transpose_rows(q_t, q_rows, qr)
-        ones = nl.ndarray((P, 1), dtype=self.dtype, buffer=nl.sbuf)
-        ones[...] = nisa.memset((P, 1), 1.0, self.dtype)
+        ones = self._ones()
         result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
         for h in range(self.heads):
-            p, j = divmod(h, self.heads_per_pack)
-            kp = 0 if self.k_shared else p
             with kernel_scope("head"):
-                scores = psum_tile(count, qr)
-                for t, (k0, kr) in enumerate(key_tiles):
-                    scores[0:kr, t, 0:qr] = nisa.nc_matmul(k_t[j * d:(j + 1) * d, kp, k0:k0 + kr],
-                                                           q_t[j * d:(j + 1) * d, p, 0:qr])
-                # SBUF copy; a last tile's missing rows hold NEG (their exponentials are 0)
-                s = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
-                last = key_tiles[-1][1]
-                full = count if last == P else count - 1
-                s[:, 0:full, :] = nisa.tensor_copy(scores[:, 0:full, 0:qr])
-                if last < P:
-                    s[:, count - 1, :] = nisa.memset((P, qr), NEG, nl.float32)
-                    s[0:last, count - 1, :] = nisa.tensor_copy(scores[0:last, count - 1, 0:qr])
-                # the row maximum of each query: over tiles, then over partitions
-                lane_max = nl.ndarray((P, qr), dtype=nl.float32, buffer=nl.sbuf)
-                lane_max[...] = nisa.tensor_reduce(  # over the key tiles (8 or more)
-                    np.max, s.ap([[count * qr, P], [1, qr], [qr, count]]), axis=(2,))
-                flipped = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                flipped[0:qr, :] = nisa.nc_transpose(lane_max[:, 0:qr])
-                row_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-                row_max[0:qr] = nisa.tensor_reduce(np.max, flipped[0:qr, :], axis=(1,),
-                                                   keepdims=True)
-                row = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                row[0:1, 0:qr] = nisa.nc_transpose(row_max[0:qr, 0:1])
-                neg_row = nl.ndarray((1, P), dtype=self.dtype, buffer=nl.sbuf)
-                neg_row[0:1, 0:qr] = nisa.tensor_scalar(row[0:1, 0:qr], np.multiply, -1.0)
-                spread = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                spread[:, 0:qr] = nisa.nc_matmul(ones.ap([[1, 1], [0, P]]), neg_row[0:1, 0:qr])
-                # P^T = exp(scale * (s - max)): keys on partitions
-                shifted = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
-                shifted[...] = nisa.tensor_tensor(s, spread.ap([[P, P], [0, count], [1, qr]]),
-                                                  np.add)
-                probs_t = nl.ndarray((P, count, qr), dtype=self.dtype, buffer=nl.sbuf)
-                probs_t[...] = nisa.activation(op=nl.exp, data=shifted, scale=self.scale)
-                acc = psum_tile(1, self.dv + 1, zeros=True)
-                vh = 0 if self.v_shared else h
-                for t, (_, kr) in enumerate(key_tiles):
-                    acc[0:qr, 0, 0:self.dv] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
-                                                              values[0:kr, t, vh, :])
-                    acc[0:qr, 0, self.dv:self.dv + 1] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
-                                                                        ones[0:kr, 0:1])
+                acc, _ = self._few_queries_head(h, qr, q_t, k_t, values, self.key_tiles, ones)
                 inverse = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
                 inverse[0:qr] = nisa.reciprocal(acc[0:qr, 0, self.dv:self.dv + 1])
                 result[0:qr, h, :] = nisa.tensor_tensor(
                     acc[0:qr, 0, 0:self.dv], inverse.ap([[1, qr], [0, self.dv]]), np.multiply)
         nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+
+    def _ones(self) -> Tile:
+        ones = nl.ndarray((P, 1), dtype=self.dtype, buffer=nl.sbuf)
+        ones[...] = nisa.memset((P, 1), 1.0, self.dtype)
+        return ones
+
+    def _few_queries_head(self, h: int, qr: int, q_t: Tile, k_t: Tile, values: Tile,
+                          key_tiles: list[tuple[int, int]], ones: Tile) -> tuple[Tile, Tile]:
+        """One head's unnormalised output of a few queries over `key_tiles` (of k_t and values),
+        keys on partitions: scores^T[k, q] = K^T[d, k]^T @ Q^T[d, q] per key tile, so softmax
+        and P @ V run on all 128 lanes (queries on partitions would leave all but a few idle)
+        and P^T is already P @ V's stationary operand. The row maximum is a free-axis reduce, a
+        transpose and a reduce; it comes back to every partition through a ones-row matmul;
+        the sums ride along P @ V as P @ 1. Returns (PSUM [qr, 1, dv + 1]: P @ V, then the row
+        sum; the row maximum of the unscaled scores as subtracted, [qr, 1] in the compute
+        dtype)."""
+        d = self.d
+        count = len(key_tiles)
+        p, j = divmod(h, self.heads_per_pack)
+        kp = 0 if self.k_shared else p
+        scores = psum_tile(count, qr)
+        for t, (k0, kr) in enumerate(key_tiles):
+            scores[0:kr, t, 0:qr] = nisa.nc_matmul(k_t[j * d:(j + 1) * d, kp, k0:k0 + kr],
+                                                   q_t[j * d:(j + 1) * d, p, 0:qr])
+        # SBUF copy; a last tile's missing rows hold NEG (their exponentials are 0)
+        s = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
+        last = key_tiles[-1][1]
+        full = count if last == P else count - 1
+        s[:, 0:full, :] = nisa.tensor_copy(scores[:, 0:full, 0:qr])
+        if last < P:
+            s[:, count - 1, :] = nisa.memset((P, qr), NEG, nl.float32)
+            s[0:last, count - 1, :] = nisa.tensor_copy(scores[0:last, count - 1, 0:qr])
+        # the row maximum of each query: over tiles, then over partitions
+        lane_max = nl.ndarray((P, qr), dtype=nl.float32, buffer=nl.sbuf)
+        lane_max[...] = nisa.tensor_reduce(  # over the key tiles (8 or more)
+            np.max, s.ap([[count * qr, P], [1, qr], [qr, count]]), axis=(2,))
+        flipped = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        flipped[0:qr, :] = nisa.nc_transpose(lane_max[:, 0:qr])
+        row_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        row_max[0:qr] = nisa.tensor_reduce(np.max, flipped[0:qr, :], axis=(1,), keepdims=True)
+        row = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        row[0:1, 0:qr] = nisa.nc_transpose(row_max[0:qr, 0:1])
+        neg_row = nl.ndarray((1, P), dtype=self.dtype, buffer=nl.sbuf)
+        neg_row[0:1, 0:qr] = nisa.tensor_scalar(row[0:1, 0:qr], np.multiply, -1.0)
+        spread = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        spread[:, 0:qr] = nisa.nc_matmul(ones.ap([[1, 1], [0, P]]), neg_row[0:1, 0:qr])
+        # P^T = exp(scale * (s - max)): keys on partitions
+        shifted = nl.ndarray((P, count, qr), dtype=nl.float32, buffer=nl.sbuf)
+        shifted[...] = nisa.tensor_tensor(s, spread.ap([[P, P], [0, count], [1, qr]]), np.add)
+        probs_t = nl.ndarray((P, count, qr), dtype=self.dtype, buffer=nl.sbuf)
+        probs_t[...] = nisa.activation(op=nl.exp, data=shifted, scale=self.scale)
+        acc = psum_tile(1, self.dv + 1, zeros=True)
+        vh = 0 if self.v_shared else h
+        for t, (_, kr) in enumerate(key_tiles):
+            acc[0:qr, 0, 0:self.dv] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
+                                                      values[0:kr, t, vh, :])
+            acc[0:qr, 0, self.dv:self.dv + 1] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
+                                                                ones[0:kr, 0:1])
+        used_max = nl.ndarray((P, 1), dtype=self.dtype, buffer=nl.sbuf)
+        used_max[0:qr] = nisa.tensor_copy(row_max[0:qr])  # rounded as neg_row was
+        return acc, used_max
+
+    def _few_queries_segment(self, qr: int, q_t: Tile, k_t: Tile, values: Tile,
+                             key_tiles: list[tuple[int, int]], run: _RunningSoftmax,
+                             state: _SoftmaxState, ones: Tile) -> None:
+        """Each head of a few queries over one K/V segment, keys on partitions, merged into
+        the running softmax."""
+        for h in range(self.heads):
+            with kernel_scope("head"):
+                acc, used_max = self._few_queries_head(h, qr, q_t, k_t, values, key_tiles, ones)
+                state.neg_max[0:qr, 0:1] = nisa.tensor_scalar(used_max[0:qr], np.multiply,
+                                                              -self.scale, dtype=nl.float32)
+                state.sums[0:qr, 0:1] = nisa.tensor_copy(acc[0:qr, 0, self.dv:self.dv + 1])
+                run.merge(not run.started, h, 1, qr, state, acc[:, :, 0:self.dv])
+                run.started = run.started or h == self.heads - 1
 
     def _merge_chunk(self, run: _RunningSoftmax, values: Tile, qr: int, first: bool, h0: int,
                      hn: int, k0: int, kw: int, state: _SoftmaxState) -> None:
@@ -447,8 +578,10 @@ class _Attention:
             run.merge(first, h0, hn, qr, state, acc)
 
     def _scores(self, group: tuple[int, int], qr: int, q_t: Tile, k_t: Tile, scores: Tile,
-                mask: _MaskTerms | None, keys: tuple[int, int] | None = None) -> None:
-        """scores[:, g, :] = Q_h K_h^T (+ mask / scale) for the heads of the group (fp32 PSUM).
+                mask: _MaskTerms | None, keys: tuple[int, int] | None = None, base: int = 0
+                ) -> None:
+        """scores[:, g, :] = Q_h K_h^T (+ mask / scale) for the heads of the group (fp32 PSUM);
+        `keys` are absolute positions, k_t holds keys from `base`.
 
         The mask is added on TensorE, accumulated into the same PSUM bank: a row shared by all
         queries as ones[1, q]^T @ row[1, k], a full [q, k] mask as identity^T @ mask. In bf16 as
@@ -461,8 +594,9 @@ class _Attention:
             kp = 0 if self.k_shared else p
             for c0, cw in tiles(kw, BANK_FP32):
                 view = scores[0:qr, g, c0:c0 + cw]
+                c = k0 - base + c0
                 view[...] = nisa.nc_matmul(q_t[j * d:(j + 1) * d, p, 0:qr],
-                                           k_t[j * d:(j + 1) * d, kp, k0 + c0:k0 + c0 + cw])
+                                           k_t[j * d:(j + 1) * d, kp, c:c + cw])
                 if mask is not None:
                     mask.accumulate(view, h0 + g, c0, cw)
 
@@ -637,6 +771,7 @@ class _RunningSoftmax:
         self.row_max = nl.ndarray((P, heads), dtype=nl.float32, buffer=nl.sbuf)
         self.sums = nl.ndarray((P, heads), dtype=nl.float32, buffer=nl.sbuf)
         self.out = nl.ndarray((P, heads, dv), dtype=nl.float32, buffer=nl.sbuf)
+        self.started = False  # a chunk has been merged (the first one is copied, not merged)
 
     def merge(self, first: bool, h0: int, hn: int, qr: int, chunk: _SoftmaxState,
               acc: Tile) -> None:
