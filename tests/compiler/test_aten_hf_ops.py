@@ -233,3 +233,52 @@ def test_bilinear_resizing_keeps_a_half_precision_input_half():
 
     graph = capture(Bilinear().half(), (torch.randn(1, 2, 5, 4).half(),))
     assert all(o.dtype.name == "float16" for o in graph.outputs)
+
+
+class TopK(torch.nn.Module):
+    def forward(self, x):
+        values, index = torch.topk(x, 3, dim=1, largest=False)
+        return values * 2, index
+
+
+def test_topk_matches_eager_values_and_indices():
+    import trnsim
+
+    x = torch.randn(4, 40, 6)
+    compiled = trnsim.trace(TopK(), (x,), instance="inf2.xlarge", auto_cast="none")
+    values, index = compiled(x)
+    want_values, want_index = TopK()(x)
+    assert torch.equal(values, want_values) and torch.equal(index, want_index)
+    assert index.dtype == torch.int64
+
+
+def _mixtral():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=1, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=100,
+                                        num_local_experts=4, num_experts_per_tok=2)
+    return transformers.MixtralForCausalLM(config).eval()
+
+
+def test_mixtral_routes_tokens_through_its_experts_with_batched_mm():
+    import trnsim
+
+    model = _mixtral()
+    model.set_experts_implementation("batched_mm")
+    ids = torch.randint(0, 100, (2, 16))
+    compiled = trnsim.trace(model, {"input_ids": ids}, instance="inf2.xlarge", auto_cast="none")
+    got = compiled(input_ids=ids)
+    want = model(input_ids=ids).logits
+    got = got.logits if hasattr(got, "logits") else got[0]
+    assert torch.allclose(got, want, atol=1e-5 * float(want.abs().max()))
+
+
+def test_grouped_mm_experts_say_how_to_trace_them():
+    import trnsim
+    from trnsim.compiler.errors import UnsupportedOperatorError
+
+    model = _mixtral()
+    with pytest.raises(UnsupportedOperatorError, match="set_experts_implementation"):
+        trnsim.trace(model, {"input_ids": torch.randint(0, 100, (1, 8))}, instance="inf2.xlarge")

@@ -68,3 +68,12 @@ def test_out_of_range_index_is_an_error(rng):
     table = rng.standard_normal((10, 4)).astype(np.float32)
     with pytest.raises(TrnsimError, match="outside"):
         run(gather, [table, np.array([3, 10], np.int32)], (2, 4), "float32", kind="embedding")
+
+
+def test_rows_wider_than_one_access_pattern_dimension(rng):
+    """A mixture-of-experts layer gathers each token's expert weights ([E, 2I, H] by expert id):
+    a row of 70000 elements takes two indirect DMAs (a pattern dimension holds 65535)."""
+    table = rng.standard_normal((4, 70000)).astype(np.float32)
+    ids = np.array([3, 0, 3, 1], dtype=np.int32)
+    result = run(gather, [table, ids], (4, 70000), "float32", kind="embedding")
+    assert np.array_equal(result.output, table[ids])

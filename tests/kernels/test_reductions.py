@@ -7,7 +7,7 @@ from tests.kernels.conftest import assert_close
 from trnsim.compiler import interpret as ref
 from trnsim.compiler.fused import Step
 from trnsim.compiler.lowering.steps import to_callable
-from trnsim.kernels import cumsum, reduce, softmax
+from trnsim.kernels import cumsum, reduce, softmax, topk
 from trnsim.kernels.harness import run
 from trnsim.numerics import dtype
 
@@ -61,3 +61,18 @@ def test_cumsum(rng, shape, axis):
     x = rng.standard_normal(shape).astype(np.float32)
     result = run(cumsum, [x], shape, "float32", axis=axis)
     assert_close(result.output, np.cumsum(x, axis=axis), "float32")
+
+
+@pytest.mark.parametrize("shape,axis,k,largest", [((300, 1000), 1, 20, True),
+                                                  ((4, 6, 5), 1, 3, False),  # fewer than 8
+                                                  ((2, 64, 9), -1, 9, True)])
+def test_topk_matches_reference(rng, shape, axis, k, largest):
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::7] = x.flat[1]  # ties: the lower index first
+    out_shape = tuple(k if i == axis % x.ndim else s for i, s in enumerate(shape))
+    want_values, want_index = ref.topk(x, k, axis % x.ndim, largest)
+    values = run(topk, [x], out_shape, "float32", k=k, axis=axis, largest=largest)
+    index = run(topk, [x], out_shape, "int32", k=k, axis=axis, largest=largest, part="indices")
+    assert np.array_equal(values.output, want_values)
+    assert np.array_equal(index.output, want_index)
+    assert np.array_equal(np.take_along_axis(x, index.output.astype(np.int64), axis), values.output)

@@ -243,6 +243,15 @@ def _argmax(cx: Translator, x: Node, dim: int | None = None, keepdim: bool = Fal
     return cx.emit(op, [x], axes=_axes(x, dim), keepdim=bool(keepdim))
 
 
+@aten("topk.default")
+def _topk(cx: Translator, x: Node, k: int, dim: int = -1, largest: bool = True,
+          sorted: bool = True) -> tuple[Node, Node]:
+    # sorted=False leaves the order to the implementation: trnsim's is sorted either way
+    axis = norm_axis(dim, x.rank)
+    return tuple(cx.emit("topk", [x], k=int(k), axis=axis, largest=bool(largest), part=part)
+                 for part in ("values", "indices"))
+
+
 @aten("var.correction")
 def _var(cx: Translator, x: Node, dims: Any = None, *, correction: float | None = 1,
          keepdim: bool = False) -> Node:

@@ -49,6 +49,9 @@ k.reduce   operand (x). attrs: op (sum | mean | amax | amin | prod | any | all |
            | var), axes, keepdim, correction (var), prologue (a `Program` over ``in0`` applied
            first, or ()), dtype.
 k.cumsum   operand (x). attrs: axis, dtype.
+k.topk     operand (x). The k largest (or smallest) along `axis`, best first, ties to the lower
+           index; `part` says which this node outputs. attrs: k, axis, largest, part ("values" |
+           "indices"), dtype.
 k.concat   operands (x0, x1, ...). attrs: axis, dtype.
 k.pad      operand (x). attrs: pads ((before, after) per axis), value, dtype.
 k.collective operand (x), this rank's value under tensor parallelism (the tensor_parallel pass).
@@ -299,6 +302,7 @@ KERNELS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "k.elementwise": (_k_elementwise, ("program", "dtype")),
     "k.reduce": (_k_reduce, ("op", "axes", "keepdim", "prologue", "dtype")),
     "k.cumsum": (_k_same_as("cumsum"), ("axis", "dtype")),
+    "k.topk": (_k_same_as("topk"), ("k", "axis", "largest", "part", "dtype")),
     "k.concat": (_k_same_as("concat"), ("axis", "dtype")),
     "k.pad": (_k_same_as("pad"), ("pads", "value", "dtype")),
     "k.collective": (_k_collective, ("kind", "axis", "degree", "dtype")),

@@ -286,6 +286,22 @@ def _cumsum(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
                  node.dtype)
 
 
+def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Values and indices of the k largest (smallest) along axis, best first; ties go to the
+    lower index (a stable sort), as repeated max8 / match_replace8 rounds find them."""
+    v = compute(x, True)
+    order = np.argsort(-v if largest else v, axis=axis, kind="stable")
+    index = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(v, index, axis=axis), index
+
+
+@rule("topk")
+def _topk(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    a = node.attrs
+    values, index = topk(args[0], a["k"], a["axis"], a["largest"])
+    return store(values if a["part"] == "values" else index, node.dtype)
+
+
 # --- compute ----------------------------------------------------------------------------------
 @rule("matmul")
 def _matmul(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:

@@ -278,7 +278,23 @@ def _cumsum(inputs, attrs, graph):
     return x.shape, x.dtype if x.dtype.is_float else I32
 
 
+def _topk(inputs, attrs, graph):
+    _n(inputs, 1, "topk")
+    x = inputs[0]
+    axis = norm_axis(attrs["axis"], x.rank)
+    k = int(attrs["k"])
+    size = x.shape[axis] if x.rank else 1
+    if not 0 <= k <= size:
+        raise IRError(f"topk: k = {k} is out of range for {size} elements along axis {axis}")
+    if attrs["part"] not in ("values", "indices"):
+        raise IRError(f"topk: part {attrs['part']!r} is not 'values' or 'indices'")
+    shape = tuple(k if i == axis else s for i, s in enumerate(x.shape))
+    return shape, (x.dtype if attrs["part"] == "values" else I32)
+
+
 register("softmax", "compute", _softmax, ("axis",))
+# the k largest (or smallest) along `axis`, in order; one node per part (values or indices)
+register("topk", "compute", _topk, ("k", "axis", "largest", "part"))
 register("log_softmax", "compute", _softmax, ("axis",))
 register("cumsum", "compute", _cumsum, ("axis",))
 

@@ -35,6 +35,8 @@ nothing is returned):
   are integer tensors known only at run time (indirect DMA / GpSimd gather).
 - ``pool2d(out, x, *, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad,
   divisor_override, output_size)``.
+- ``topk(out, x, *, k, axis, largest=True, part="values")``: the k largest (smallest) along
+  `axis`, best first, ties to the lower index; `part` "indices" writes their positions (int32).
 - ``cumsum(out, x, *, axis)``, ``concat(out, inputs, *, axis)``, ``pad(out, x, *, pads, value)``,
   ``copy(out, x)`` (materialise a strided view; `x` may have another shape with out's number of
   elements: a reshape, in row-major element order).
@@ -60,7 +62,7 @@ from trnsim.kernels.gather import gather
 from trnsim.kernels.matmul import matmul
 from trnsim.kernels.norms import norm
 from trnsim.kernels.pool import pool2d
-from trnsim.kernels.reductions import cumsum, reduce, softmax
+from trnsim.kernels.reductions import cumsum, reduce, softmax, topk
 
 __all__ = ["attention", "collective", "concat", "conv2d", "copy", "cumsum", "elementwise", "gather", "matmul",
-           "norm", "pad", "pool2d", "reduce", "softmax"]
+           "norm", "pad", "pool2d", "reduce", "softmax", "topk"]

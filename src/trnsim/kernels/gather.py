@@ -92,10 +92,11 @@ def _rows(out: Tile, table: Tile, index: Tile, axis: int) -> None:
             ids[0:ir, :] = nl.load(hbm_view(flat_index, (ir, 1), (1, 1), offset=i0))
             for key in (np.ndindex(*lead) if lead else [()]):
                 offset = sum(int(k) * s for k, s in zip(key, hbm_strides(table), strict=False))
-                src = hbm_view(table, (ir, width), (0, 1), offset=offset)
                 dst = out_view[tuple(int(k) for k in key)][i0:i0 + ir, :] if key else \
                     out_view[i0:i0 + ir, :]
-                _indirect(dst, src, ids[0:ir, :], table, step)
+                for c0, cw in tiles(width, MAX_FREE_SIZE):  # rows wider than a pattern's dim
+                    src = hbm_view(table, (ir, cw), (0, 1), offset=offset + c0)
+                    _indirect(dst[:, c0:c0 + cw], src, ids[0:ir, :], table, step)
 
 
 def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
@@ -212,6 +213,7 @@ def _index(out: Tile, x: Tile, indices: Sequence[Tile], dims: tuple[int, ...]) -
                 flat[0:ir] = scaled if j == 0 else nl.add(flat[0:ir], scaled)
             ids = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
             ids[0:ir] = nl.copy(flat[0:ir], dtype=nl.int32)
-            src = hbm_view(x, (ir, width), (0, 1))
-            _indirect(out_view[i0:i0 + ir, :], src, ids[0:ir], x, 1)
+            for c0, cw in tiles(width, MAX_FREE_SIZE):  # rows wider than a pattern's dim
+                src = hbm_view(x, (ir, cw), (0, 1), offset=c0)
+                _indirect(out_view[i0:i0 + ir, c0:c0 + cw], src, ids[0:ir], x, 1)
     del _np

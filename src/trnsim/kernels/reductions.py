@@ -1,6 +1,6 @@
-"""k.reduce, k.softmax and k.cumsum: work along one (merged) axis of a tensor.
+"""k.reduce, k.softmax, k.cumsum and k.topk: work along one (merged) axis of a tensor.
 
-All three want the axis they walk along the free axis, rows on partitions:
+All four want the axis they walk along the free axis, rows on partitions:
 
 - if that axis (the reduced axes, merged) is the innermost in HBM, rows are the other axes and
   each 128-row tile is read in long contiguous runs (`_direct`);
@@ -16,7 +16,8 @@ bn_stats/bn_aggr (population variance rescaled by n / (n - correction)), argmax/
 smallest column index where x equals the row maximum (first occurrence, as numpy). Softmax keeps
 a running max and sum over chunks (exp on ScalarE with its accumulator) and normalises in a
 second pass over the same SBUF tile; cumsum is a VectorE tensor_tensor_scan with the carry
-between chunks.
+between chunks. topk takes 8 at a time per row: max8 finds the 8 largest, match_replace8 knocks
+them out (to -BIG) and writes where they were, as NKI's top-k kernels do.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError
+from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.kernels.layout import (
     Evictor,
     P,
@@ -369,3 +370,56 @@ def _cumsum_rows(out2: Tile, x2: Tile) -> None:
                 stage = nl.ndarray((P, cw), dtype=out2.dtype, buffer=nl.sbuf)
                 stage[0:rr] = nisa.tensor_copy(sums[0:rr])
                 nl.store(out2[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])
+
+
+MAX8_COLUMNS = 16384  # the most elements per partition max8 reads
+
+
+def topk(out: Tile, x: Tile, *, k: int, axis: int, largest: bool = True,
+         part: str = "values") -> None:
+    """out = the k largest (smallest) values of x along `axis`, best first, or (part "indices")
+    their positions; ties go to the lower index."""
+    if part not in ("values", "indices"):
+        raise InvalidArgumentError(f"topk part {part!r} is not 'values' or 'indices'")
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    if not 0 < k <= n:
+        raise InvalidArgumentError(f"topk k = {k} out of range for {n} elements")
+    if n > MAX8_COLUMNS:
+        raise UnsupportedError(f"topk over {n} elements along one axis (max8 reads at most "
+                               f"{MAX8_COLUMNS} per partition; a two-pass top-k is not "
+                               f"implemented)")
+    with kernel_scope("topk"):
+        moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
+        for out2, x2 in row_problems(moved, x.ndim - 1):
+            _topk_rows(out2, x2, k, largest, part)
+
+
+def _topk_rows(out2: Tile, x2: Tile, k: int, largest: bool, part: str) -> None:
+    rows, cols = x2.shape
+    width = max(cols, 8)  # max8 reads at least 8 elements: pad with -BIG
+    rounds = ceil_div(k, 8)
+    sign = 1.0 if largest else -1.0
+    for t in nl.affine_range(ceil_div(rows, P)):
+        r0, rr = t * P, min(P, rows - t * P)
+        with kernel_scope("topk rows"):
+            data = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
+            if cols < width:
+                data[0:rr] = nisa.memset((rr, width), -BIG, nl.float32)
+            load_block(data[0:rr, 0:cols], x2[r0:r0 + rr, :])
+            if not largest:
+                data[0:rr, 0:cols] = nisa.tensor_scalar(data[0:rr, 0:cols], np.multiply, -1.0)
+            best = nl.ndarray((P, 8 * rounds), dtype=nl.float32, buffer=nl.sbuf)
+            where = nl.ndarray((P, 8 * rounds), dtype=nl.uint32, buffer=nl.sbuf)
+            for r in range(rounds):
+                found = slice(8 * r, 8 * r + 8)
+                best[0:rr, found] = nisa.max8(src=data[0:rr])
+                if part == "indices" or r < rounds - 1:
+                    data[0:rr] = nisa.nc_match_replace8(data=data[0:rr], vals=best[0:rr, found],
+                                                        imm=-BIG, dst_idx=where[0:rr, found])
+            stage = nl.ndarray((P, k), dtype=out2.dtype, buffer=nl.sbuf)
+            if part == "values":
+                stage[0:rr] = nisa.tensor_scalar(best[0:rr, 0:k], np.multiply, sign)
+            else:
+                stage[0:rr] = nisa.tensor_copy(where[0:rr, 0:k])
+            nl.store(out2[r0:r0 + rr, :], value=stage[0:rr])

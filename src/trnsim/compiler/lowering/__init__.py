@@ -288,6 +288,9 @@ class _Lowering:
                        **{k: a[k] for k in keys if k in a})
         elif op == "k.cumsum":
             self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
+        elif op == "k.topk":
+            self._call(node, kernels.topk, out, self.tile(ins[0]), k=a["k"], axis=a["axis"],
+                       largest=a["largest"], part=a["part"])
         elif op == "k.concat" and (update := self._slot_update(node)) is not None:
             base, key, src = update  # the rebuilt tensor is `base` with one part replaced
             self._call(node, kernels.copy, base[key], self.tile(src))
