@@ -78,10 +78,19 @@ def _cases(size: str) -> dict:
                                                         multi_query=True)), text),
         "llama": (lambda: T.LlamaForCausalLM(T.LlamaConfig(**gqa)), text),
         "mistral": (lambda: T.MistralModel(T.MistralConfig(**gqa, sliding_window=8)), text),
-        # experts as a batched matmul: the default grouped_mm sorts tokens into routing-shaped
-        # groups, which a static graph cannot hold
-        "mixtral": (lambda: _batched_experts(T.MixtralModel(T.MixtralConfig(
+        # mixture of experts, Hugging Face's default grouped_mm experts (sort, histc, the
+        # grouped matmul, index_put), and Mixtral's batched_mm alternative (gathered weights)
+        "mixtral": (lambda: T.MixtralModel(T.MixtralConfig(**gqa, num_local_experts=4,
+                                                           num_experts_per_tok=2)), text),
+        "mixtral-batched-mm": (lambda: _batched_experts(T.MixtralModel(T.MixtralConfig(
             **gqa, num_local_experts=4, num_experts_per_tok=2))), text),
+        "qwen2-moe": (lambda: T.Qwen2MoeModel(T.Qwen2MoeConfig(
+            **gqa, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=ffn // 4,
+            shared_expert_intermediate_size=ffn // 2)), text),
+        "qwen3-moe": (lambda: T.Qwen3MoeModel(T.Qwen3MoeConfig(
+            **gqa, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=ffn // 4)), text),
+        "olmoe": (lambda: T.OlmoeModel(T.OlmoeConfig(**gqa, num_experts=4,
+                                                     num_experts_per_tok=2)), text),
         "qwen2": (lambda: T.Qwen2Model(T.Qwen2Config(**gqa)), text),
         "qwen3": (lambda: T.Qwen3Model(T.Qwen3Config(**gqa, head_dim=head_dim)), text),
         "gemma": (lambda: T.GemmaModel(T.GemmaConfig(**lm, num_key_value_heads=1,

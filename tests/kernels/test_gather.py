@@ -77,3 +77,19 @@ def test_rows_wider_than_one_access_pattern_dimension(rng):
     ids = np.array([3, 0, 3, 1], dtype=np.int32)
     result = run(gather, [table, ids], (4, 70000), "float32", kind="embedding")
     assert np.array_equal(result.output, table[ids])
+
+
+def test_scatter_rows_by_indirect_dma_writes(rng):
+    """x with rows index[i] set to values[i]; a repeated index keeps the last write."""
+    from trnsim.kernels import scatter
+
+    x = rng.standard_normal((300, 33)).astype(np.float32)
+    values = rng.standard_normal((200, 33)).astype(np.float32)
+    index = rng.permutation(300)[:200].astype(np.int32)
+    index[120], index[150] = index[20], index[30]  # within one DMA and across two
+    want = x.copy()
+    for i, row in zip(index, values, strict=True):
+        want[i] = row
+    result = run(scatter, [x, values, index], (300, 33), "float32")
+    assert np.array_equal(result.output, want)
+    assert any(r.opcode == "DmaIndirect" for r in result.profile.records)

@@ -252,6 +252,61 @@ def _topk(cx: Translator, x: Node, k: int, dim: int = -1, largest: bool = True,
                  for part in ("values", "indices"))
 
 
+@aten("sort.default", "sort.stable")
+def _sort(cx: Translator, x: Node, *args: Any, dim: int = -1, descending: bool = False,
+          stable: bool | None = None) -> tuple[Node, Node]:
+    """A top-k of every element: ties keep their order (stable), whatever `stable` says."""
+    if args:  # sort.default(self, dim, descending) positionally
+        dim, descending = (*args, descending)[:2]
+    axis = norm_axis(dim, x.rank)
+    n = x.shape[axis] if x.rank else 1
+    return tuple(cx.emit("topk", [x], k=n, axis=axis, largest=bool(descending), part=part)
+                 for part in ("values", "indices"))
+
+
+@aten("index_put.default", "index_put_.default")
+def _index_put(cx: Translator, x: Node, indices: Sequence[Node | None], values: Any,
+               accumulate: bool = False) -> Node:
+    """x[index] = values for one integer index tensor on the first axis (rows written by
+    indirect DMA; a repeated index keeps the last write)."""
+    picked = [i for i in indices if i is not None]
+    if accumulate or len(indices) != 1 or len(picked) != 1 or picked[0].dtype.name == "bool_":
+        raise UnsupportedError("index_put other than x[int_index] = values on the first axis "
+                               "(accumulate, boolean masks, several index tensors)")
+    values = cx.tensor(values)
+    if values.dtype != x.dtype:
+        values = cx.emit("cast", [values], dtype=x.dtype.name)
+    return cx.emit("scatter", [x, values, picked[0]])
+
+
+@aten("histc.default")
+def _histc(cx: Translator, x: Node, bins: int = 100, min: float = 0, max: float = 0) -> Node:
+    """Counts of x in `bins` equal bins over [min, max] (x == max in the last; outside ignored),
+    as a compare of each element's bin with every bin and a sum: bins x elements of VectorE
+    work, small for the expert counts mixture-of-experts layers take."""
+    low, high = float(min), float(max)
+    if low == high:
+        raise UnsupportedError("histc over the data's own range (min == max) is not supported; "
+                               "give min and max")
+    flat = cx.emit("cast", [cx.emit("reshape", [x], shape=(x.numel, 1))], dtype="float32")
+
+    def number(v: float) -> Node:
+        return cx.emit("full", shape=(), value=float(v), dtype="float32")
+
+    where = cx.emit("floor", [cx.emit("mul", [cx.emit("sub", [flat, number(low)]),
+                                               number(bins / (high - low))])])
+    where = cx.emit("minimum", [where, number(bins - 1)])
+    inside = cx.emit("logical_and", [cx.emit("ge", [flat, number(low)]),
+                                     cx.emit("le", [flat, number(high)])])
+    edges = cx.emit("reshape", [cx.emit("arange", start=0, end=int(bins), step=1,
+                                        dtype="float32")], shape=(1, int(bins)))
+    hits = cx.emit("logical_and", [cx.emit("eq", [where, edges]), inside])
+    counts = cx.emit("sum", [cx.emit("cast", [hits], dtype="float32")], axes=(0,),
+                     keepdim=False)
+    out = cx.out_dtype()
+    return counts if out.name == "float32" else cx.emit("cast", [counts], dtype=out.name)
+
+
 @aten("var.correction")
 def _var(cx: Translator, x: Node, dims: Any = None, *, correction: float | None = 1,
          keepdim: bool = False) -> Node:

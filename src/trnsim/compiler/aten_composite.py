@@ -145,3 +145,30 @@ INPLACE = {"aten.add_.Tensor": "aten.add.Tensor", "aten.mul_.Tensor": "aten.mul.
            "aten.relu_.default": "aten.relu.default", "aten.sub_.Tensor": "aten.sub.Tensor"}
 for _inplace, _functional in INPLACE.items():
     TRANSLATIONS[_inplace] = TRANSLATIONS[_functional]
+
+
+# --- Hugging Face's custom operators ---------------------------------------------------------
+def _grouped_mm(cx: Translator, x: Node, w: Node, offs: Node) -> Node:
+    """transformers::grouped_mm_fallback: rows of x (sorted by expert) times their expert's
+    weights, rows from offs[e-1] to offs[e] taking w[e] (rows past offs[-1] give 0). The groups'
+    sizes depend on the routing, so the static form runs every expert over every row with the
+    rows of other experts masked to 0 and sums over experts: E times the matmul work, each
+    expert's weights read once (batched_mm instead gathers each row's expert weights)."""
+    s, k = x.shape
+    e = w.shape[0]
+    rows = cx.emit("reshape", [cx.emit("arange", start=0, end=s, step=1, dtype="int32")],
+                   shape=(s, 1))
+    ends = cx.emit("reshape", [cx.emit("cast", [offs], dtype="int32")], shape=(1, e))
+    starts = cx.emit("pad", [cx.emit("slice", [ends], axis=1, start=0, end=e - 1, step=1)],
+                     pads=((0, 0), (1, 0)), value=0) if e > 1 else \
+        cx.emit("full", shape=(1, 1), value=0, dtype="int32")
+    mine = cx.emit("logical_and", [cx.emit("ge", [rows, starts]), cx.emit("lt", [rows, ends])])
+    mask = cx.emit("reshape", [cx.emit("permute", [cx.emit("cast", [mine], dtype=x.dtype.name)],
+                                       dims=(1, 0))], shape=(e, s, 1))
+    masked = cx.emit("mul", [cx.emit("reshape", [x], shape=(1, s, k)), mask])
+    out = cx.emit("sum", [cx.emit("matmul", [masked, w])], axes=(0,), keepdim=False)
+    return out if out.dtype == cx.out_dtype() else cx.emit("cast", [out],
+                                                           dtype=cx.out_dtype().name)
+
+
+TRANSLATIONS["transformers.grouped_mm_fallback.default"] = _grouped_mm

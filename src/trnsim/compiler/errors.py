@@ -34,19 +34,10 @@ class UnsupportedOperatorError(UnsupportedError):
         self.ops = tuple(ops)
         kinds = sorted({op.kind for op in self.ops})
         listing = "; ".join(op.describe() for op in self.ops)
-        hints = "".join(hint for kind, hint in KNOWN_WAYS_ROUND.items() if kind in kinds)
         super().__init__(f"{len(self.ops)} unsupported operator call(s) "
-                         f"({', '.join(kinds)}): {listing}. {hints}"
+                         f"({', '.join(kinds)}): {listing}. "
                          "trnsim.analyze(model, inputs) lists supported and unsupported operators")
 
-
-# operators that stand for a whole code path with a traceable alternative
-KNOWN_WAYS_ROUND = {
-    "transformers::grouped_mm_fallback":
-        "Hugging Face mixture-of-experts layers sort tokens by expert for grouped_mm, whose "
-        "shapes depend on the routing; model.set_experts_implementation('batched_mm') runs "
-        "each token's experts as a batched matmul, which traces. ",
-}
 
 
 class CaptureError(TrnsimError):

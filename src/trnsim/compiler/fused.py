@@ -49,6 +49,9 @@ k.reduce   operand (x). attrs: op (sum | mean | amax | amin | prod | any | all |
            | var), axes, keepdim, correction (var), prologue (a `Program` over ``in0`` applied
            first, or ()), dtype.
 k.cumsum   operand (x). attrs: axis, dtype.
+k.scatter  operands (x, values, index). x with rows index[i] of axis 0 set to values[i] (values
+           broadcast to [*index.shape, *x.shape[1:]]; a repeated index keeps the last). attrs:
+           dtype.
 k.topk     operand (x). The k largest (or smallest) along `axis`, best first, ties to the lower
            index; `part` says which this node outputs. attrs: k, axis, largest, part ("values" |
            "indices"), dtype.
@@ -303,6 +306,7 @@ KERNELS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "k.reduce": (_k_reduce, ("op", "axes", "keepdim", "prologue", "dtype")),
     "k.cumsum": (_k_same_as("cumsum"), ("axis", "dtype")),
     "k.topk": (_k_same_as("topk"), ("k", "axis", "largest", "part", "dtype")),
+    "k.scatter": (_k_same_as("scatter"), ("dtype",)),
     "k.concat": (_k_same_as("concat"), ("axis", "dtype")),
     "k.pad": (_k_same_as("pad"), ("pads", "value", "dtype")),
     "k.collective": (_k_collective, ("kind", "axis", "degree", "dtype")),

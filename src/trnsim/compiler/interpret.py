@@ -445,6 +445,17 @@ def _index(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     return x[tuple(key)]
 
 
+@rule("scatter")
+def _scatter(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    x, values, index = args
+    out = np.array(x, copy=True)
+    index = np.asarray(index).astype(np.int64)
+    rows = np.broadcast_to(values, (*index.shape, *x.shape[1:])).reshape(-1, *x.shape[1:])
+    for i, row in zip(index.ravel(), rows, strict=True):  # in order: the last write wins
+        out[i] = row
+    return store(out, node.dtype)
+
+
 @rule("index_select")
 def _index_select(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     return np.take(args[0], args[1].astype(np.int64).reshape(-1), axis=node.attrs["axis"])

@@ -166,6 +166,6 @@ ref.EVAL.update({
     "k.matmul": _k_matmul, "k.conv2d": _k_conv2d, "k.attention": _k_attention,
     "k.softmax": _k_softmax, "k.norm": _k_norm, "k.pool2d": _k_pool2d, "k.gather": _k_gather,
     "k.elementwise": _k_elementwise, "k.reduce": _k_reduce, "k.cumsum": _same_as("cumsum"),
-    "k.topk": _same_as("topk"),
+    "k.topk": _same_as("topk"), "k.scatter": _same_as("scatter"),
     "k.concat": _same_as("concat"), "k.pad": _same_as("pad"),
 })

@@ -445,6 +445,19 @@ register("embedding", "compute", _embedding, (), "rows of weight[V, D] at intege
 register("gather", "compute", _gather, ("axis",))
 register("index", "compute", _index, ("dims",), "advanced indexing x[..., i0, ..., i1]")
 register("index_select", "compute", _index_select, ("axis",))
+
+
+def _scatter(inputs, attrs, graph):
+    _n(inputs, 3, "scatter")
+    x, values, index = inputs
+    if x.rank == 0 or index.dtype.is_float:
+        raise IRError(f"scatter needs rows of a tensor and integer indices, got x {x.shape}, "
+                      f"index {index.dtype.name}")
+    broadcast(values.shape, (*index.shape, *x.shape[1:]))
+    return x.shape, x.dtype
+
+
+register("scatter", "compute", _scatter, (), "x with rows index[i] (axis 0) set to values[i]")
 register("sdpa", "compute", _sdpa, ("scale", "causal"),
          "softmax(q k^T * scale + mask) v (scaled_dot_product_attention)")
 

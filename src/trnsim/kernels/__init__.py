@@ -33,6 +33,8 @@ nothing is returned):
 - ``gather(out, table, *indices, kind, axis=0, dims=())``: embedding rows, index_select,
   torch.gather (`kind="gather"`), integer advanced indexing (`kind="index"` on `dims`); indices
   are integer tensors known only at run time (indirect DMA / GpSimd gather).
+- ``scatter(out, x, values, index)``: x with rows index[i] of axis 0 set to values[i] (indirect
+  DMA writes; a repeated index keeps the last).
 - ``pool2d(out, x, *, kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad,
   divisor_override, output_size)``.
 - ``topk(out, x, *, k, axis, largest=True, part="values")``: the k largest (smallest) along
@@ -58,11 +60,11 @@ from trnsim.kernels.attention import attention
 from trnsim.kernels.collective import collective
 from trnsim.kernels.conv import conv2d
 from trnsim.kernels.elementwise import concat, copy, elementwise, pad
-from trnsim.kernels.gather import gather
+from trnsim.kernels.gather import gather, scatter
 from trnsim.kernels.matmul import matmul
 from trnsim.kernels.norms import norm
 from trnsim.kernels.pool import pool2d
 from trnsim.kernels.reductions import cumsum, reduce, softmax, topk
 
 __all__ = ["attention", "collective", "concat", "conv2d", "copy", "cumsum", "elementwise", "gather", "matmul",
-           "norm", "pad", "pool2d", "reduce", "softmax", "topk"]
+           "norm", "pad", "pool2d", "reduce", "scatter", "softmax", "topk"]

@@ -103,17 +103,61 @@ def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
     """dst[p, :] = table elements src_offset + ids[p] * step + (0..width-1)."""
     trace = current_trace()
     trace.flush()
-    decl = trace.builder.program.tensors[table._storage.name]
+    rows = ids.shape[0]
+    trace.emit_now(DmaIndirect, dst=_rows_access(dst, rows), src=_rows_access(src, rows),
+                   index=ids.access(), indexed="src", row_step=int(step), extent=_whole(table))
+
+
+def scatter(out: Tile, x: Tile, values: Tile, index: Tile) -> None:
+    """out = x, then rows index[i] of axis 0 set to values[i]: a copy, and per 128 indices one
+    indirect DMA writing value rows HBM -> HBM into out (the index side, as gathers read)."""
+    from trnsim.kernels.elementwise import copy
+    from trnsim.kernels.layout import broadcast_to_shape
+
+    if not _is_int(index):
+        raise InvalidArgumentError(f"scatter: indices must be integers, got {index.dtype}")
+    width = numel(out.shape[1:])
+    count = numel(index.shape)
+    flat_index = merged(index, 0) if index.ndim else hbm_view(index, (1, 1), (0, 1))
+    if flat_index is None or hbm_strides(flat_index)[1] not in (0, 1):
+        raise InvalidArgumentError("scatter: the index tensor must be dense")
+    rows = merged(broadcast_to_shape(values, (*index.shape, *out.shape[1:])), index.ndim) \
+        if index.ndim else hbm_view(broadcast_to_shape(values, tuple(out.shape[1:])),
+                                    (1, width), (0, 1))
+    with kernel_scope("scatter"):
+        if rows is None or (width > 1 and hbm_strides(rows)[1] != 1):
+            dense = nl.ndarray((count, width), dtype=values.dtype, buffer=nl.hbm)
+            copy(dense, broadcast_to_shape(values, (*index.shape, *out.shape[1:])))
+            rows = dense
+        copy(out, x)
+        step = width
+        for i0, ir in tiles(count, P):
+            with kernel_scope("index block"):
+                ids = nl.ndarray((P, 1), dtype=index.dtype, buffer=nl.sbuf)
+                ids[0:ir, :] = nl.load(hbm_view(flat_index, (ir, 1), (1, 1), offset=i0))
+                for c0, cw in tiles(width, MAX_FREE_SIZE):
+                    _indirect_write(hbm_view(out, (ir, cw), (0, 1), offset=c0),
+                                    rows[i0:i0 + ir, c0:c0 + cw], ids[0:ir, :], out, step)
+
+
+def _indirect_write(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
+    """table elements dst_offset + ids[p] * step + (0..width-1) = src[p, :]."""
+    trace = current_trace()
+    trace.flush()
+    trace.emit_now(DmaIndirect, dst=_rows_access(dst, ids.shape[0]),
+                   src=_rows_access(src, ids.shape[0]), index=ids.access(), indexed="dst",
+                   row_step=int(step), extent=_whole(table))
+
+
+def _whole(table: Tile) -> AccessPattern:
+    """The whole HBM tensor behind `table`, as [total / run rows, run] (one free dim of `total`
+    elements would break the 65535 free-size limit of an access pattern)."""
+    decl = current_trace().builder.program.tensors[table._storage.name]
     dtype = table.dtype_spec
     total = decl.nbytes // dtype.itemsize
     run = _largest_divisor(total, MAX_FREE_SIZE)
-    # the whole table, as [total / run rows, run]: one free dim of `total` elements would break
-    # the 65535 free-size limit of an access pattern for any table over 64K elements
-    extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=total // run,
-                           partition_step=run, dims=((1, run),), tensor=decl.name)
-    rows = ids.shape[0]
-    trace.emit_now(DmaIndirect, dst=_rows_access(dst, rows), src=_rows_access(src, rows),
-                   index=ids.access(), indexed="src", row_step=int(step), extent=extent)
+    return AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=total // run,
+                         partition_step=run, dims=((1, run),), tensor=decl.name)
 
 
 def _rows_access(tile: Tile, rows: int) -> AccessPattern:

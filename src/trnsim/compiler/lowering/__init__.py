@@ -288,6 +288,8 @@ class _Lowering:
                        **{k: a[k] for k in keys if k in a})
         elif op == "k.cumsum":
             self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
+        elif op == "k.scatter":
+            self._call(node, kernels.scatter, out, *(self.tile(n) for n in ins))
         elif op == "k.topk":
             self._call(node, kernels.topk, out, self.tile(ins[0]), k=a["k"], axis=a["axis"],
                        largest=a["largest"], part=a["part"])

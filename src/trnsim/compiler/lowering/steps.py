@@ -61,7 +61,11 @@ def _step(step: Step, args: list[Any]) -> Tile | float:
     if op in _BINARY:
         name = _BINARY[op]
         if op == "div" and not step.attr("true_div", True):
-            raise IRError("integer floor division in an element-wise program is not supported")
+            # integer floor division as floor of the fp32 quotient: exact while |a| + |b| <
+            # 2^24 (the quotient of integers then never rounds across an integer), which holds
+            # for the indices and counts models divide
+            quotient = ew.binary(name, args[0], args[1], dtype="float32")
+            return ew.activation("floor", quotient, dtype=dt)
         return ew.binary(name, args[0], args[1], dtype=dt)
     raise IRError(f"element-wise op {op!r} has no NKI lowering")
 
