@@ -128,6 +128,10 @@ def _cases(size: str) -> dict:
             num_conv_pos_embedding_groups=4)), {"input_values": torch.randn(1, 1600, generator=g)}),
         "vit": (lambda: T.ViTModel(T.ViTConfig(**H, image_size=64, patch_size=16)), image),
         "deit": (lambda: T.DeiTModel(T.DeiTConfig(**H, image_size=64, patch_size=16)), image),
+        # trained at 48x80: position embeddings resized (bicubic) to the 64x64 input's patches
+        "yolos": (lambda: T.YolosModel(T.YolosConfig(**H, image_size=[48, 80], patch_size=16,
+                                                     num_detection_tokens=10),
+                                       add_pooling_layer=False), image),
         "beit": (lambda: T.BeitModel(T.BeitConfig(**H, image_size=64, patch_size=16,
                                                   use_relative_position_bias=True)), image),
         "dinov2": (lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=hidden,

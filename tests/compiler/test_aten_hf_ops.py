@@ -297,3 +297,30 @@ def test_sort_histc_index_put_and_integer_floor_division_match_eager():
     compiled = trnsim.trace(Routing(), (ids, x, perm), instance="inf2.xlarge", auto_cast="none")
     for got, want in zip(compiled(ids, x, perm), Routing()(ids, x, perm), strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+class Bicubic(torch.nn.Module):
+    def __init__(self, align_corners: bool, **how):
+        super().__init__()
+        self.align_corners, self.how = align_corners, how
+
+    def forward(self, x, empty):
+        resized = torch.nn.functional.interpolate(x, mode="bicubic",
+                                                  align_corners=self.align_corners, **self.how)
+        return resized, torch.cat([empty, empty], dim=0)  # every part empty: an empty result
+
+
+@pytest.mark.parametrize("align_corners,how", [(False, {"size": (20, 25)}),
+                                               (True, {"size": (7, 9)}),
+                                               (False, {"scale_factor": 1.5})])
+def test_bicubic_resizing_matches_eager(align_corners, how):
+    """YOLOS resizes its position embeddings this way: two matmuls by constant matrices of
+    PyTorch's cubic-convolution weights (taps clamped at the edges)."""
+    import trnsim
+
+    x, empty = torch.randn(1, 16, 14, 14), torch.zeros(0, 4)
+    model = Bicubic(align_corners, **how)
+    compiled = trnsim.trace(model, (x, empty), instance="inf2.xlarge", auto_cast="none")
+    got, got_empty = compiled(x, empty)
+    want, want_empty = model(x, empty)
+    assert torch.allclose(got, want, atol=1e-5) and got_empty.shape == want_empty.shape

@@ -465,21 +465,24 @@ def two_norm(cx: Translator, x: Node, axes: tuple[int, ...], keepdim: bool) -> N
     return cx.emit("sqrt", [cx.emit("sum", [cx.emit("mul", [x, x])], axes=axes, keepdim=keepdim)])
 
 
-@aten("upsample_bilinear2d.default", "upsample_bilinear2d.vec")
+@aten("upsample_bilinear2d.default", "upsample_bilinear2d.vec", "upsample_bicubic2d.default",
+      "upsample_bicubic2d.vec")
 def _upsample_bilinear2d(cx: Translator, x: Node, output_size: Any = None, align_corners: bool = False,
                          *scales: Any) -> Node:
-    """Bilinear resizing is linear in each spatial axis: out = A_h @ x @ A_w^T with constant
-    interpolation matrices (PyTorch's source-index rule), i.e. two matmuls on TensorE."""
+    """Bilinear and bicubic resizing are linear in each spatial axis: out = A_h @ x @ A_w^T with
+    constant interpolation matrices (PyTorch's source-index rules), i.e. two matmuls on
+    TensorE."""
+    matrix = _bicubic_matrix if "bicubic" in cx.current_target else _bilinear_matrix
     h, w = x.shape[-2:]
     oh, ow = cx.out_shape()[-2:]
     factors = [s for s in scales if s is not None]
     if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
         factors = list(factors[0])
     sh, sw = [*factors, None, None][:2]
-    a_wt = cx.graph.add_constant(_bilinear_matrix(w, ow, align_corners, sw).T.copy(),
-                                 name="bilinear_w", dt=x.dtype)  # the result keeps x's dtype
-    a_ht = cx.graph.add_constant(_bilinear_matrix(h, oh, align_corners, sh).T.copy(),
-                                 name="bilinear_h", dt=x.dtype)
+    a_wt = cx.graph.add_constant(matrix(w, ow, align_corners, sw).T.copy(),
+                                 name="resize_w", dt=x.dtype)  # the result keeps x's dtype
+    a_ht = cx.graph.add_constant(matrix(h, oh, align_corners, sh).T.copy(),
+                                 name="resize_h", dt=x.dtype)
     lead = x.shape[:-2]
     n, swap = math.prod(lead), (*range(len(lead)), len(lead) + 1, len(lead))
     rows = cx.emit("matmul", [cx.emit("reshape", [x], shape=(n * h, w)), a_wt])  # [.. h, ow]
@@ -503,6 +506,32 @@ def _bilinear_matrix(size: int, out: int, align_corners: bool, scale: float | No
         m[i, lo] += 1.0 - frac
         m[i, hi] += frac
     return m
+
+
+def _bicubic_matrix(size: int, out: int, align_corners: bool, scale: float | None) -> np.ndarray:
+    """[out, size] weights of PyTorch's 1-D cubic convolution (upsample_bicubic2d: Keys' kernel
+    with A = -0.75, source index not clamped, the 4 taps clamped to the edge)."""
+    a = -0.75
+
+    def near(t: float) -> float:  # |distance| <= 1
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+
+    def far(t: float) -> float:  # 1 < |distance| < 2
+        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+
+    m = np.zeros((out, size), np.float64)
+    for i in range(out):
+        if align_corners:
+            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
+        else:
+            ratio = 1.0 / scale if scale else size / out
+            src = (i + 0.5) * ratio - 0.5
+        base = int(np.floor(src))
+        t = src - base
+        for tap, weight in zip(range(base - 1, base + 3),
+                               (far(t + 1), near(t), near(1 - t), far(2 - t)), strict=True):
+            m[i, min(max(tap, 0), size - 1)] += weight
+    return m.astype(np.float32)
 
 
 @aten("native_layer_norm.default")
@@ -702,6 +731,8 @@ def _adaptive_avg_pool1d(cx: Translator, x: Node, output_size: Any) -> Node:
 @aten("cat.default")
 def _cat(cx: Translator, tensors: Sequence[Node], dim: int = 0) -> Node:
     parts = [t for t in tensors if t.numel > 0]
+    if not parts:  # every part empty (YOLOS's mid-layer embeddings of a 1-layer model)
+        return cx.emit("full", shape=cx.out_shape(), value=0, dtype=cx.out_dtype().name)
     if len(parts) == 1:
         return parts[0]
     return cx.emit("concat", parts, axis=norm_axis(dim, parts[0].rank))
