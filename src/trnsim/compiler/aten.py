@@ -491,15 +491,19 @@ def _upsample_bilinear2d(cx: Translator, x: Node, output_size: Any = None, align
     return cx.emit("permute", [cx.emit("reshape", [out], shape=(*lead, ow, oh))], dims=swap)
 
 
+def _source(i: int, size: int, out: int, align_corners: bool, scale: float | None) -> float:
+    """Where output pixel i samples the input (PyTorch's area_pixel_compute_source_index,
+    before the linear mode's clamp at 0)."""
+    if align_corners:
+        return i * (size - 1) / (out - 1) if out > 1 else 0.0
+    return (i + 0.5) * (1.0 / scale if scale else size / out) - 0.5
+
+
 def _bilinear_matrix(size: int, out: int, align_corners: bool, scale: float | None) -> np.ndarray:
     """[out, size] weights of PyTorch's 1-D linear interpolation (upsample_bilinear2d)."""
     m = np.zeros((out, size), np.float32)
     for i in range(out):
-        if align_corners:
-            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
-        else:
-            ratio = 1.0 / scale if scale else size / out
-            src = max((i + 0.5) * ratio - 0.5, 0.0)
+        src = max(_source(i, size, out, align_corners, scale), 0.0)
         lo = min(int(np.floor(src)), size - 1)
         hi = min(lo + 1, size - 1)
         frac = src - lo
@@ -521,11 +525,7 @@ def _bicubic_matrix(size: int, out: int, align_corners: bool, scale: float | Non
 
     m = np.zeros((out, size), np.float64)
     for i in range(out):
-        if align_corners:
-            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
-        else:
-            ratio = 1.0 / scale if scale else size / out
-            src = (i + 0.5) * ratio - 0.5
+        src = _source(i, size, out, align_corners, scale)
         base = int(np.floor(src))
         t = src - base
         for tap, weight in zip(range(base - 1, base + 3),
