@@ -70,8 +70,21 @@ def test_a_fused_qkv_projection_is_split_per_part(zoo, shard_everything):
     np.testing.assert_array_equal(q_rank1, np.asarray(whole[:, 32:64]).astype(q_rank1.dtype))
 
 
+def test_expert_weights_split_like_an_mlps(zoo, shard_everything):
+    """Each expert's up projection column-parallel, its down projection row-parallel (one
+    all-reduce of the experts' partial products), the sum over experts kept split between."""
+    whole = _kernel_graph(zoo, "mixtral")
+    split = _kernel_graph(zoo, "mixtral", cores=2, tensor_parallel=2)
+    experts = [n for n in whole.nodes if n.op == "constant" and n.rank == 3]
+    assert experts  # [E, 2I, H] gate/up and [E, H, I] down, per layer
+    local = {n.name: n.shape for n in split.nodes if n.op == "constant" and n.rank == 3}
+    assert sorted(local.values()) == sorted((e, a // 2, b) if a > b else (e, a, b // 2)
+                                            for e, a, b in (n.shape for n in experts))
+    assert split.weight_bytes() < 0.6 * whole.weight_bytes()
+
+
 @pytest.mark.parametrize("name, degree", [("bert", 2), ("gpt2", 2), ("mlp", 4),
-                                          ("bert_eager_mask", 2)])
+                                          ("bert_eager_mask", 2), ("mixtral", 2)])
 def test_split_models_match_eager(zoo, shard_everything, name, degree):
     import trnsim
 

@@ -64,6 +64,7 @@ class _Sharder:
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
+                    "k.reduce": self._reduce,
                     "k.elementwise": self._elementwise, "k.concat": self._concat,
                     "reshape": self._reshape,
                     "permute": self._permute, "slice": self._slice, "expand": self._expand}
@@ -146,14 +147,17 @@ class _Sharder:
 
     # --- matmul -------------------------------------------------------------------------------
     def _matmul(self, node: Node) -> bool:
+        """A constant weight [K, N] ([N, K] transposed), or a batch of them [E, K, N] (a
+        mixture of experts' weights, one per expert): column- or row-parallel per matrix."""
         a, b = node.inputs[:2]
         attrs = node.attrs
-        if b.op != "constant" or b.rank != 2 or attrs["transpose_a"]:
+        if b.op != "constant" or b.rank not in (2, 3) or attrs["transpose_a"]:
             return False
         first = 3 if attrs["bias"] else 2
-        if self.split_axis(a) == a.rank - 1 and self._splits(b, 1 if attrs["transpose_b"] else 0):
-            return self._row_parallel(node, first)
-        n_axis = 0 if attrs["transpose_b"] else 1
+        k_axis, n_axis = (b.rank - 1, b.rank - 2) if attrs["transpose_b"] else \
+            (b.rank - 2, b.rank - 1)
+        if self.split_axis(a) == a.rank - 1 and self._splits(b, k_axis):
+            return self._row_parallel(node, first, k_axis)
         if b.nbytes < self.min_shard_bytes or not self._splits(b, n_axis):
             return False
         return self._column_parallel(node, first, n_axis)
@@ -165,7 +169,8 @@ class _Sharder:
         extras = [self._operand_along(e, node.rank, out_axis) for e in node.inputs[first:]]
         groups = self._slice_groups(node) if not extras else 1
         weight = self.sharded_constant(b, n_axis, groups)
-        bias = [self.sharded_constant(node.inputs[2], 0, groups)] if attrs["bias"] else []
+        bias = [self.sharded_constant(node.inputs[2], node.inputs[2].rank - 1, groups)] \
+            if attrs["bias"] else []
         attrs["n"] = attrs["n"] // self.degree
         if all(e is not None for e in extras):  # the epilogue runs on each rank's columns
             new = self.rw.emit("k.matmul", [self.full(a), weight, *bias, *extras], attrs,
@@ -192,8 +197,9 @@ class _Sharder:
             for user in self.users[x]:
                 if id(user) in self.outputs:
                     return 1
-                if user.op == "reshape" and user.shape[-1:] == x.shape[-1:]:
-                    frontier.append(user)
+                if (user.op == "reshape" and user.shape[-1:] == x.shape[-1:]) or \
+                        (user.op == "k.reduce" and x.rank - 1 not in user.attrs["axes"]):
+                    frontier.append(user)  # the last axis carried through
                 elif user.op == "slice" and user.attrs["axis"] == user.rank - 1 \
                         and user.attrs["step"] == 1:
                     slices.append(user.attrs)
@@ -208,11 +214,11 @@ class _Sharder:
             return 1
         return n // width
 
-    def _row_parallel(self, node: Node, first: int) -> bool:
+    def _row_parallel(self, node: Node, first: int, k_axis: int) -> bool:
         a, b = node.inputs[:2]
         attrs = {**node.attrs, "k": node.attrs["k"] // self.degree, "bias": False,
                  "epilogue": (), "dtype": "float32"}
-        weight = self.sharded_constant(b, 1 if node.attrs["transpose_b"] else 0)
+        weight = self.sharded_constant(b, k_axis)
         partial = self.rw.emit("k.matmul", [self.local(a), weight], attrs, source=node.source,
                                name=node.name)
         total = self._collective(partial, "all_reduce", 0, node.source)
@@ -280,6 +286,19 @@ class _Sharder:
             return False
         self._set(node, self.rw.emit(node.op, operands, node.attrs, source=node.source,
                                      name=node.name), axis)
+        return True
+
+    def _reduce(self, node: Node) -> bool:
+        """A reduction over axes other than the split one (a mixture of experts' sum over
+        experts of column-parallel products) keeps the split."""
+        x = node.inputs[0]
+        axis, groups = self.axis.get(id(x)), self.groups.get(id(x), 1)
+        reduced = tuple(node.attrs["axes"]) or tuple(range(x.rank))
+        if axis is None or axis in reduced or node.attrs["op"] in ("argmax", "argmin"):
+            return False
+        out_axis = axis if node.attrs["keepdim"] else axis - sum(a < axis for a in reduced)
+        self._set(node, self.rw.emit(node.op, [self.local(x)], node.attrs, source=node.source,
+                                     name=node.name), out_axis, groups)
         return True
 
     def _concat(self, node: Node) -> bool:
