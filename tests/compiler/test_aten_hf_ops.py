@@ -104,6 +104,31 @@ class OverflowGuard(torch.nn.Module):
         return torch.clamp(x * 2, min=-bound, max=bound), torch.isinf(x)
 
 
+class Router(torch.nn.Module):
+    """A mixture-of-experts router's steps: in-place normalisation read before it is written
+    (`x /= x.sum()`), chunk, integer floor division."""
+
+    def forward(self, logits, ids):
+        top, index = torch.topk(logits, 2, dim=-1)
+        top /= top.sum(dim=-1, keepdim=True)
+        gate, up = logits.chunk(2, dim=-1)
+        return top, index // 2, gate * up, torch.floor_divide(ids, 3)
+
+
+class ViewThenWrite(torch.nn.Module):
+    """A view of `a` taken before `a` is scaled in place sees the new values: a functional
+    translation would read the old ones, so capture takes the core-ATen path, which
+    functionalises the write. (A value computed before the write, `b`, is the old one either
+    way.)"""
+
+    def forward(self, x):
+        a = x * 2
+        b = a.sum(dim=-1, keepdim=True)
+        v = a[:, :3]
+        a.div_(b)
+        return v + 1, b
+
+
 # (model, inputs, path capture takes by default): writes into views need functionalising, so
 # those graphs go through core ATen, where they become slice/select scatters and copies
 CASES = [
@@ -119,6 +144,8 @@ CASES = [
     (Repeats, lambda: (torch.randn(2, 3, 4),), "direct"),
     (Patchify, lambda: (torch.randn(2, 3, 16, 12),), "direct"),
     (OverflowGuard, lambda: (torch.tensor([[1.0, float("inf"), -3e38, 2.0]]),), "direct"),
+    (Router, lambda: (torch.randn(5, 8), torch.randint(-9, 9, (5, 3))), "direct"),
+    (ViewThenWrite, lambda: (torch.rand(4, 6) + 0.5,), "core_aten"),
 ]
 
 

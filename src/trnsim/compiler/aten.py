@@ -186,6 +186,11 @@ def _div(cx: Translator, a: Any, b: Any) -> Node:
     return cx.emit("div", [cx.tensor(a), cx.tensor(b)], true_div=True)
 
 
+@aten("floor_divide.default", "floor_divide.Scalar")
+def _floor_divide(cx: Translator, a: Any, b: Any) -> Node:
+    return _div_mode(cx, a, b, rounding_mode="floor")
+
+
 @aten("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(cx: Translator, a: Any, b: Any, rounding_mode: str | None = None) -> Node:
     out = cx.emit("div", [cx.tensor(a), cx.tensor(b)], true_div=rounding_mode is None)
@@ -264,7 +269,7 @@ def _sort(cx: Translator, x: Node, *args: Any, dim: int = -1, descending: bool =
                  for part in ("values", "indices"))
 
 
-@aten("index_put.default", "index_put_.default")
+@aten("index_put.default")
 def _index_put(cx: Translator, x: Node, indices: Sequence[Node | None], values: Any,
                accumulate: bool = False) -> Node:
     """x[index] = values for one integer index tensor on the first axis (rows written by
@@ -736,6 +741,13 @@ def _cat(cx: Translator, tensors: Sequence[Node], dim: int = 0) -> Node:
     if len(parts) == 1:
         return parts[0]
     return cx.emit("concat", parts, axis=norm_axis(dim, parts[0].rank))
+
+
+@aten("chunk.default")
+def _chunk(cx: Translator, x: Node, chunks: int, dim: int = 0) -> list[Node]:
+    """torch.chunk: pieces of ceil(size / chunks) (the last may be smaller, fewer if needed)."""
+    size = x.shape[norm_axis(dim, x.rank)]
+    return _split(cx, x, max(-(-size // max(int(chunks), 1)), 1), dim)
 
 
 @aten("split_with_sizes.default", "split.Tensor")

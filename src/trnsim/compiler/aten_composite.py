@@ -142,7 +142,9 @@ TRANSLATIONS["aten.__or__.Tensor"] = _binary("bitwise_or")
 # In-place versions are translated as their functional op; capture allows them only where the
 # mutated operand is read by nothing else (so no later reader could see the mutation).
 INPLACE = {"aten.add_.Tensor": "aten.add.Tensor", "aten.mul_.Tensor": "aten.mul.Tensor",
-           "aten.relu_.default": "aten.relu.default", "aten.sub_.Tensor": "aten.sub.Tensor"}
+           "aten.relu_.default": "aten.relu.default", "aten.sub_.Tensor": "aten.sub.Tensor",
+           "aten.div_.Tensor": "aten.div.Tensor",
+           "aten.index_put_.default": "aten.index_put.default"}
 for _inplace, _functional in INPLACE.items():
     TRANSLATIONS[_inplace] = TRANSLATIONS[_functional]
 

@@ -80,7 +80,15 @@ def capture(model: Any, example_inputs: Any, kwargs: dict[str, Any] | None = Non
 
 
 def translatable(exported: Any) -> bool:
-    """Every operator has a translation, and in-place ops mutate values nothing else reads."""
+    """Every operator has a translation, and in-place ops mutate values no other node reads
+    except before the mutation into a new tensor (the sum in `x /= x.sum()` sees the old value
+    either way; a view taken before it would see the new one)."""
+    order = {fx: i for i, fx in enumerate(exported.graph.nodes)}
+
+    def computes_new(user: Any) -> bool:
+        schema = getattr(user.target, "_schema", None)
+        return schema is not None and all(r.alias_info is None for r in schema.returns)
+
     for fx in exported.graph.nodes:
         if fx.op != "call_function":
             continue
@@ -89,7 +97,8 @@ def translatable(exported: Any) -> bool:
             continue
         if target not in TRANSLATIONS:
             return False
-        if target in INPLACE and len(getattr(fx.args[0], "users", {})) != 1:
+        if target in INPLACE and any(order[user] > order[fx] or not computes_new(user)
+                                     for user in getattr(fx.args[0], "users", {}) if user is not fx):
             return False
     return True
 
