@@ -155,7 +155,7 @@ def test_plot_is_a_png_with_a_bar_per_case_and_instance(tmp_path):
 
 
 @pytest.mark.parametrize("name,params", [("llama-3.2-1b", 1.236e9), ("llama-2-7b", 6.738e9),
-                                         ("mistral-7b", 7.242e9)])
+                                         ("mistral-7b", 7.242e9), ("mixtral-8x7b", 46.70e9)])
 def test_llm_zoo_entries_have_their_published_sizes(name, params):
     """Built without weights (meta parameters): the configs give the checkpoints' sizes."""
     pytest.importorskip("transformers")
@@ -224,3 +224,23 @@ def test_an_lnc_the_chip_lacks_is_an_error():
 
     with pytest.raises(UnsupportedError, match="logical NeuronCore config 2"):
         trnsim.trace(torch.nn.Linear(8, 8), (torch.randn(2, 8),), instance="inf2.xlarge", lnc=2)
+
+
+def test_cli_tp_splits_each_copy_over_that_many_cores(tiny_zoo, capsys, monkeypatch):
+    """--tp 2 on trn1.32xlarge: half the copies (each takes two cores), and the title says so."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("trnsim.compiler.passes.tensor_parallel"),
+                        "MIN_SHARD_BYTES", 0)  # the tiny model's weights would not be split
+
+    def run(*extra):
+        out = _run_cli(capsys, "bench", "--models", TINY, "--instances", "trn1.32xlarge",
+                       "--batch", "1", "--json", *extra).out
+        return json.loads(out)["results"][0]
+
+    single, split = run(), run("--tp", "2")
+    assert single["tensor_parallel"] == 1 and split["tensor_parallel"] == 2
+    assert split["copies"] * 2 == single["copies"] == 32
+    table = _run_cli(capsys, "bench", "--models", TINY, "--instances", "trn1.32xlarge",
+                     "--batch", "1", "--tp", "2").out
+    assert "2 NeuronCores (tensor parallel) per model" in table.replace("\n", " ")

@@ -67,8 +67,11 @@ def bench_table(results, instances) -> Table:
     decode = any(r.decode for r in results)
     what, unit = ("per generated token (decode: one new token per sequence after `context` "
                   "cached tokens)", "token") if decode else ("per inference batch", "inference")
-    table = Table(box=box.SIMPLE_HEAD, title=f"trnsim bench: latency {what}, one NeuronCore per "
-                  "model; throughput with one copy per NeuronCore")
+    tp = max((r.tensor_parallel for r in results), default=1)
+    per_model = "one NeuronCore" if tp == 1 else f"{tp} NeuronCores (tensor parallel)"
+    per_copy = "NeuronCore" if tp == 1 else f"{tp} NeuronCores"
+    table = Table(box=box.SIMPLE_HEAD, title=f"trnsim bench: latency {what}, {per_model} per "
+                  f"model; throughput with one copy per {per_copy}")
     for col in ("model", "batch", "context" if decode else "seq"):
         table.add_column(col)
     for inst in instances:
@@ -96,7 +99,8 @@ def bench_table(results, instances) -> Table:
 def results_csv(results) -> str:
     out = io.StringIO()
     fields = ["model", "batch", "seq", "instance", "latency_ms", "published_ms", "error_pct",
-              "throughput_per_s", "cost_per_inference_usd", "copies", "decode"]
+              "throughput_per_s", "cost_per_inference_usd", "copies", "decode",
+              "tensor_parallel"]
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for r in results:
@@ -134,6 +138,9 @@ def bench_command(
     lnc: int = typer.Option(None, "--lnc", help="Logical NeuronCore size on Trainium2/3 "
                             "instances: 2 (their default: two physical cores split each "
                             "kernel) or 1; other instances ignore it."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel degree: split each copy's "
+                           "weights over this many NeuronCores (neuronx-distributed's "
+                           "tp_degree), for models too large for one."),
 ) -> None:
     from trnsim.perf import bench
 
@@ -162,7 +169,7 @@ def bench_command(
 
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
                                    check_numerics=check_numerics, decode=decode, progress=step,
-                                   lnc=lnc)
+                                   lnc=lnc, tensor_parallel=tp)
         progress.advance(task)
     if plot:
         from trnsim.perf.plot import bench_plot

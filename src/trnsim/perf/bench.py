@@ -49,6 +49,7 @@ class BenchResult:
     seconds: float = 0.0
     numerics: dict = field(default_factory=dict)
     decode: bool = False  # one generated token per sequence, not the whole input
+    tensor_parallel: int = 1  # NeuronCores each copy is split over
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,11 +96,14 @@ def build_model(name: str, *, initialise: bool):
 
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
-             decode: bool = False, lnc: int | None = None) -> BenchResult:
+             decode: bool = False, lnc: int | None = None,
+             tensor_parallel: int = 1) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached).
     `decode`: one generated token per sequence after `seq` cached tokens. `lnc`: the logical
-    NeuronCore size on instances that have them (Trainium2/3), else ignored."""
+    NeuronCore size on instances that have them (Trainium2/3), else ignored.
+    `tensor_parallel`: NeuronCores each copy's weights are split over (a model too large for
+    one core), as neuronx-distributed's tp_degree."""
     from trnsim.runtime import trace
 
     start = time.perf_counter()
@@ -113,7 +117,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
         inputs = entry.inputs(batch, seq)
     compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
                      auto_cast_type=auto_cast_type,
-                     lnc=lnc if lnc in spec.chip.lnc_options else None)
+                     lnc=lnc if lnc in spec.chip.lnc_options else None,
+                     tensor_parallel=tensor_parallel if tensor_parallel > 1 else None)
     report = compiled.report()
     result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
                          auto_cast=compiled.options["auto_cast"],
@@ -121,7 +126,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
                          throughput_per_s=report.throughput_per_s,
                          cost_per_inference_usd=report.cost_per_inference_usd,
                          copies=report.copies, bound=report.bound,
-                         cache_hit=bool(compiled.meta.get("cache_hit")), decode=decode)
+                         cache_hit=bool(compiled.meta.get("cache_hit")), decode=decode,
+                         tensor_parallel=tensor_parallel)
     published = None if decode else published_latency(name, spec.name, batch, seq)
     if published is not None:
         result.published_ms = published
@@ -158,7 +164,7 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                seqs: dict[str, int] | int | None = None, *, auto_cast: str | None = None,
                auto_cast_type: str = "bf16", check_numerics: bool = False, decode: bool = False,
                progress: Callable[[str], None] | None = None,
-               lnc: int | None = None) -> list[BenchResult]:
+               lnc: int | None = None, tensor_parallel: int = 1) -> list[BenchResult]:
     results = []
     entries = [zoo_model(name) for name in models]
     if decode:  # refuse an encoder before compiling anything
@@ -178,5 +184,6 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                 results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
                                         auto_cast_type=auto_cast_type,
                                         check_numerics=check_numerics, model=model,
-                                        decode=decode, lnc=lnc))
+                                        decode=decode, lnc=lnc,
+                                        tensor_parallel=tensor_parallel))
     return results

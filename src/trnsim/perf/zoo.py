@@ -108,6 +108,14 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
                                        intermediate_size=14336, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=8,
                                        vocab_size=32000, sliding_window=4096)),
+    # mixture of experts (Hugging Face's default grouped_mm experts): 47B weights, run with
+    # bench --tp (tensor parallel) on a Trainium instance
+    ZooEntry("mixtral-8x7b", "causal-lm", _hf("MixtralForCausalLM", "MixtralConfig",
+                                         hidden_size=4096, intermediate_size=14336,
+                                         num_hidden_layers=32, num_attention_heads=32,
+                                         num_key_value_heads=8, vocab_size=32000,
+                                         num_local_experts=8, num_experts_per_tok=2,
+                                         max_position_embeddings=32768)),
     ZooEntry("resnet-50", "vision", _hf("ResNetModel", "ResNetConfig", embedding_size=64,
                                         hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
                                         layer_type="bottleneck")),
