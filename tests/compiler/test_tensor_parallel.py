@@ -206,3 +206,29 @@ def test_rotary_embeddings_keep_heads_split(shard_everything):
     got = trnsim.trace(model, (ids,), instance="trn1.2xlarge", tensor_parallel=2,
                        auto_cast="none")(ids).last_hidden_state
     assert float((got - want).abs().max() / want.abs().max()) < 1e-5
+
+
+def test_gathered_expert_weights_split_by_rows(shard_everything):
+    """batched_mm experts gather each token's expert matrices: each rank gathers its rows of
+    every matrix and multiplies them, so no rank holds whole experts."""
+    import torch
+
+    import trnsim
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.MixtralModel(transformers.MixtralConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
+        use_cache=False)).eval()
+    model.set_experts_implementation("batched_mm")
+    ids = torch.randint(0, 100, (2, 8))
+    compiled = trnsim.trace(model, (ids,), instance="trn1.32xlarge", auto_cast="none",
+                            tensor_parallel=2)
+    want = model(ids).last_hidden_state.detach()
+    got = compiled(ids)
+    got = got.last_hidden_state if hasattr(got, "last_hidden_state") else got[0]
+    assert torch.allclose(got, want, atol=1e-5 * float(want.abs().max()))
+    experts = [t for t in compiled.rank_programs()[0].tensors.values()
+               if getattr(t.data, "sharded", False) and len(t.shape) == 3]
+    assert len(experts) == 2 and all(t.shape[1] in (128, 32) for t in experts)

@@ -64,7 +64,7 @@ class _Sharder:
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
-                    "k.reduce": self._reduce,
+                    "k.reduce": self._reduce, "k.gather": self._gather,
                     "k.elementwise": self._elementwise, "k.concat": self._concat,
                     "reshape": self._reshape,
                     "permute": self._permute, "slice": self._slice, "expand": self._expand}
@@ -151,6 +151,8 @@ class _Sharder:
         mixture of experts' weights, one per expert): column- or row-parallel per matrix."""
         a, b = node.inputs[:2]
         attrs = node.attrs
+        if b.op != "constant" and self.split_axis(a) == a.rank - 2 and a.rank >= 2:
+            return self._rows_parallel(node)
         if b.op != "constant" or b.rank not in (2, 3) or attrs["transpose_a"]:
             return False
         first = 3 if attrs["bias"] else 2
@@ -183,6 +185,38 @@ class _Sharder:
                                source=node.source, name=node.name)
         gathered = self._collective(product, "all_gather", out_axis, node.source)
         self._set(node, self._epilogue(node, gathered, None, first), None)
+        return True
+
+    def _rows_parallel(self, node: Node) -> bool:
+        """a split along its rows (a batch of gathered expert weights), b replicated: each rank
+        multiplies its rows, and the result stays split along its rows."""
+        a, b = node.inputs[:2]
+        attrs = node.attrs
+        out_axis = node.rank - 2
+        if attrs["transpose_a"] or self.split_axis(b) is not None or attrs["bias"]:
+            return False
+        extras = [self._operand_along(e, node.rank, out_axis) for e in node.inputs[2:]]
+        if any(e is None for e in extras):
+            return False
+        new = self.rw.emit("k.matmul", [self.local(a), self.full(b), *extras],
+                           {**attrs, "m": attrs["m"] // self.degree}, source=node.source,
+                           name=node.name)
+        self._set(node, new, out_axis)
+        return True
+
+    def _gather(self, node: Node) -> bool:
+        """Rows of a large constant batch of matrices picked per token (a mixture of experts'
+        weights, batched_mm): each rank gathers its slice of every matrix's rows."""
+        table, *indices = node.inputs
+        if node.attrs.get("kind") != "index" or tuple(node.attrs.get("dims", ())) != (0,) \
+                or table.op != "constant" or table.rank != 3 \
+                or table.nbytes < self.min_shard_bytes or not self._splits(table, 1) \
+                or any(self.axis.get(id(i)) is not None for i in indices):
+            return False
+        new = self.rw.emit(node.op, [self.sharded_constant(table, 1),
+                                     *(self.local(i) for i in indices)], node.attrs,
+                           source=node.source, name=node.name)
+        self._set(node, new, node.rank - 2)
         return True
 
     def _slice_groups(self, node: Node) -> int:
