@@ -1,5 +1,6 @@
 """Unmodified neuronxcc.nki code runs: the sys.modules shim, `python -m trnsim.run`, the CLI."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -102,3 +103,20 @@ def test_torch_tensors_in_and_out():
     y = k(x)
     assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16
     np.testing.assert_allclose(y.float().numpy(), torch.exp(x.float()).numpy(), rtol=1e-2)
+
+
+def test_kernel_run_says_which_dtypes_its_inputs_have(capsys):
+    """A dtype after the last shape is every input's, and the command says what it used."""
+    from trnsim.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["kernel", "run", "trnsim.kernels.tutorials::matmul_optimized", "--shapes",
+              "1024x2048,1024x1024:bfloat16", "--timing-only", "--json"])
+    assert stop.value.code in (0, None), capsys.readouterr().err
+    data = json.loads(capsys.readouterr().out)
+    assert [i["dtype"] for i in data["inputs"]] == ["bfloat16", "bfloat16"]
+    assert data["latency_us"] > 0
+    with pytest.raises(SystemExit) as stop:
+        main(["kernel", "run", "trnsim.kernels.tutorials::matmul_optimized", "--shapes",
+              "1024x2048:bfloat16,1024x1024"])
+    assert stop.value.code == 2 and "name one on every shape" in capsys.readouterr().err

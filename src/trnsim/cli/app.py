@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 from rich.console import Console
 
@@ -24,10 +26,25 @@ class _State:
 state = _State()
 
 
+UNLIMITED_WIDTH = 10_000  # piped output: every column, no wrapping (a program reads it)
+
+
 def console() -> Console:
-    """Stdout console; wide when not a terminal so piped tables are not wrapped."""
+    """Stdout console. On a terminal, its width (rich honours $COLUMNS); otherwise $COLUMNS when
+    set, else unlimited so that piped tables keep every column and no line wraps."""
     probe = Console()
-    return probe if probe.is_terminal else Console(width=200)
+    if probe.is_terminal:
+        return probe
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else UNLIMITED_WIDTH)
+
+
+REPORT_MAX_WIDTH = 140  # text reports (model, kernel profile) read badly wider than this
+
+
+def report_width(out: Console) -> int:
+    """The width a text report is rendered at: the terminal's, at most REPORT_MAX_WIDTH."""
+    return min(out.width, REPORT_MAX_WIDTH)
 
 
 def err_console() -> Console:

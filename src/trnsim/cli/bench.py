@@ -1,4 +1,4 @@
-"""`trnsim bench` and `trnsim validate`: the headline table, and predictions vs measurements."""
+"""`trnsim bench`: the Inferentia2-vs-Inferentia1 table, predicted by compiling and simulating."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import io
 import json
 
 import typer
-from rich import box
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from trnsim.cli.app import app, console, err_console
+from trnsim.cli.app import app, console
+from trnsim.cli.format import num, sig, signed_pct
+from trnsim.cli.progress import steps
+from trnsim.cli.tables import Column, print_table
 from trnsim.errors import InvalidArgumentError
 
 
@@ -52,48 +52,49 @@ def _casts(results) -> dict[str, str]:
     return {r.instance: r.auto_cast for r in results}
 
 
-def _ms(value, published=None, error=None) -> str:
-    if value is None:
-        return "-"
-    text = f"{value:.2f}"
-    if published is not None:
-        text += f" (pub {published:g}, {error:+.0f}%)"
-    return text
-
-
-def bench_table(results, instances) -> Table:
+def bench_columns(results, instances) -> tuple[list[Column], list[list[str]]]:
+    """The bench table's columns (units in the headers, drop ranks for narrow terminals) and
+    its rows of plain numbers: latency is always shown; then, as width allows, the speed-up,
+    the error against the published latency, the published latency, throughput and cost."""
     from trnsim.perf.bench import comparison_rows
 
     decode = any(r.decode for r in results)
-    what, unit = ("per generated token (decode: one new token per sequence after `context` "
-                  "cached tokens)", "token") if decode else ("per inference batch", "inference")
+    unit = "tok" if decode else "inf"
+    columns = [Column("model", "left"), Column("batch"), Column("context" if decode else "seq")]
+    columns += [Column(f"{inst} latency ms") for inst in instances]
+    if len(instances) > 1:
+        columns.append(Column(f"speed-up {instances[-1]} vs {instances[0]} (x)", drop=3,
+                              short="speed-up"))
+    columns += [Column(f"{inst} error %", drop=4, short="error %") for inst in instances]
+    columns += [Column(f"{inst} published ms", drop=5, short="published ms") for inst in instances]
+    columns += [Column(f"{inst} {unit}/s", drop=6, short=f"{unit}/s") for inst in instances]
+    columns += [Column(f"{inst} $ per 1M {unit}", drop=7, short=f"$ per 1M {unit}")
+                for inst in instances]
+    rows = []
+    for row in comparison_rows(results, instances):
+        cells = list(row["by_instance"].values())
+        line = [row["model"], str(row["batch"]), "-" if row["seq"] is None else str(row["seq"])]
+        line += [sig(r.latency_ms) if r else "-" for r in cells]
+        if len(instances) > 1:
+            line.append(num(row["speedup"], 2) if row["speedup"] is not None else "-")
+        line += [signed_pct(r.error_pct) if r else "-" for r in cells]
+        line += [sig(r.published_ms) if r else "-" for r in cells]
+        line += [num(r.throughput_per_s, 0) if r else "-" for r in cells]
+        line += [sig(r.cost_per_inference_usd * 1e6, 3)
+                 if r and r.cost_per_inference_usd is not None else "-" for r in cells]
+        rows.append(line)
+    return columns, rows
+
+
+def bench_title(results) -> str:
+    decode = any(r.decode for r in results)
+    what = ("per generated token (decode: one new token per sequence after `context` cached "
+            "tokens)") if decode else "per inference batch"
     tp = max((r.tensor_parallel for r in results), default=1)
     per_model = "one NeuronCore" if tp == 1 else f"{tp} NeuronCores (tensor parallel)"
     per_copy = "NeuronCore" if tp == 1 else f"{tp} NeuronCores"
-    table = Table(box=box.SIMPLE_HEAD, title=f"trnsim bench: latency {what}, {per_model} per "
-                  f"model; throughput with one copy per {per_copy}")
-    for col in ("model", "batch", "context" if decode else "seq"):
-        table.add_column(col)
-    for inst in instances:
-        table.add_column(f"{inst} ms", justify="right")
-    if len(instances) > 1:
-        table.add_column(f"{instances[-1]} speed-up vs {instances[0]}", justify="right")
-    for inst in instances:
-        table.add_column(f"{inst} {'tok' if decode else 'inf'}/s", justify="right")
-    for inst in instances:
-        table.add_column(f"{inst} $/{unit}", justify="right")
-    for row in comparison_rows(results, instances):
-        cells = row["by_instance"]
-        line = [row["model"], str(row["batch"]), "-" if row["seq"] is None else str(row["seq"])]
-        line += [_ms(r.latency_ms, r.published_ms, r.error_pct) if r else "-"
-                 for r in cells.values()]
-        if len(instances) > 1:
-            line.append(f"{row['speedup']:.1f}x" if row["speedup"] is not None else "-")
-        line += [f"{r.throughput_per_s:,.0f}" if r else "-" for r in cells.values()]
-        line += [f"{r.cost_per_inference_usd:.2e}" if r and r.cost_per_inference_usd is not None
-                 else "-" for r in cells.values()]
-        table.add_row(*line)
-    return table
+    return (f"trnsim bench: latency {what}, {per_model} per model; throughput with one copy "
+            f"per {per_copy}")
 
 
 def results_csv(results) -> str:
@@ -126,8 +127,10 @@ def bench_command(
     auto_cast: str = typer.Option(None, "--auto-cast",
                                   help="none | matmult | all (bf16); default: each instance's "
                                        "compiler's default (inf1: all, others: matmult)"),
-    as_json: bool = typer.Option(False, "--json"),
-    as_csv: bool = typer.Option(False, "--csv"),
+    as_json: bool = typer.Option(False, "--json", help="Every figure of every result as JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="One CSV row per model, batch and instance."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column even if the terminal is "
+                              "narrower (by default the least important columns are hidden)."),
     plot: str = typer.Option(None, "--plot", help="Write a grouped bar chart PNG here."),
     check_numerics: bool = typer.Option(False, "--check-numerics",
                                         help="Also run functionally and compare with PyTorch."),
@@ -154,27 +157,14 @@ def bench_command(
     instance_list = tuple(hardware.instance(i).name for i in instance_list)
     batches = _ints(batch, bench.DEFAULT_BATCHES)
     total = len(model_list) * len(instance_list) * len(batches)
-    quiet = as_json or as_csv
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                        "{task.total}"), TimeElapsedColumn(), console=err_console(), disable=quiet)
-    with progress:
-        task = progress.add_task("compiling and simulating", total=total)
-        done = [0]
+    if plot:  # before any work: a missing extra must not cost the whole run and its table
+        from trnsim.perf.plot import require_matplotlib
 
-        def step(label: str) -> None:
-            if done[0]:
-                progress.advance(task)
-            progress.update(task, description=label)
-            done[0] += 1
-
+        require_matplotlib()
+    with steps("trnsim bench", total, quiet=as_json or as_csv) as progress:
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
-                                   check_numerics=check_numerics, decode=decode, progress=step,
-                                   lnc=lnc, tensor_parallel=tp)
-        progress.advance(task)
-    if plot:
-        from trnsim.perf.plot import bench_plot
-
-        bench_plot(results, instance_list, plot)
+                                   check_numerics=check_numerics, decode=decode,
+                                   progress=progress.step, lnc=lnc, tensor_parallel=tp)
     if as_json:
         rows = [{k: row[k] for k in ("model", "batch", "seq", "decode", "speedup")}
                 for row in bench.comparison_rows(results, instance_list)]
@@ -182,12 +172,15 @@ def bench_command(
                                "results": [r.to_dict() for r in results],
                                "speedup_of": [instance_list[-1], instance_list[0]],
                                "rows": rows}, indent=2))
+        _write_plot(results, instance_list, plot)
         return
     if as_csv:
         typer.echo(results_csv(results), nl=False)
+        _write_plot(results, instance_list, plot)
         return
     out = console()
-    out.print(bench_table(results, instance_list))
+    columns, rows = bench_columns(results, instance_list)
+    print_table(out, columns, rows, title=bench_title(results), wide=wide)
     how = "as asked" if auto_cast else "each compiler's default, as the published runs used"
     casts = ", ".join(f"{i} {c}" for i, c in _casts(results).items())
     out.print(f"auto-cast to bf16: {casts} ({how}); published values from trnsim's calibration "
@@ -195,42 +188,13 @@ def bench_command(
     if check_numerics:
         for r in results:
             out.print(f"{r.model} b{r.batch} {r.instance}: {r.numerics}", highlight=False)
-    if plot:
+    if plot:  # after the table is printed: a failing plot cannot lose it
+        _write_plot(results, instance_list, plot)
         out.print(f"plot written to {plot}", highlight=False)
 
 
-@app.command("validate")
-def validate_command(
-    path: str = typer.Argument(None, help="A measurements CSV (default: the calibration set)."),
-    as_json: bool = typer.Option(False, "--json"),
-    kinds: str = typer.Option(None, "--kinds", help="Comma-separated: model,kernel,collective"),
-) -> None:
-    """Predict every row of a measurements CSV; print predicted, measured, error % and MAPE."""
-    from trnsim.perf.validate import mape, validate
+def _write_plot(results, instances, path: str | None) -> None:
+    if path:
+        from trnsim.perf.plot import bench_plot
 
-    selected = _split(kinds, ()) or None
-    progress = Progress(TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=err_console(), disable=as_json)
-    with progress:
-        task = progress.add_task("validating")
-        results = validate(path, kinds=selected,
-                           progress=lambda row: progress.update(task, description=f"row {row}"))
-    summary = {kind: mape(results, kind) for kind in ("model", "kernel", "collective")}
-    summary["overall"] = mape(results)
-    if as_json:
-        typer.echo(json.dumps({"rows": [r.to_dict() for r in results], "mape_pct": summary},
-                              indent=2))
-        return
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("id", "kind", "instance", "measured", "predicted", "error %", "note"):
-        table.add_column(col, justify="right" if col in ("measured", "predicted", "error %")
-                         else "left")
-    for r in results:
-        table.add_row(r.id, r.kind, r.instance, f"{r.measured:g} {r.unit}" if r.measured is not None
-                      else "-", f"{r.predicted:.4g}" if r.predicted is not None else "-",
-                      f"{r.error_pct:+.1f}" if r.error_pct is not None else "-",
-                      r.reason or "")
-    out = console()
-    out.print(table)
-    out.print("MAPE: " + ", ".join(f"{k} {v:.1f}%" if v is not None else f"{k} -"
-                                   for k, v in summary.items()), highlight=False)
+        bench_plot(results, instances, path)

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import typer
-from rich import box
-from rich.table import Table
 
 from trnsim import hardware
 from trnsim.cli.app import app, console
 from trnsim.cli.format import gib, money, num
+from trnsim.cli.tables import Column as TableColumn
+from trnsim.cli.tables import print_table
 from trnsim.errors import UnknownNameError
 from trnsim.hardware import InstanceSpec
 from trnsim.hardware.sources import describe
@@ -36,24 +36,27 @@ class Column:
     header: str
     get: Callable[[InstanceSpec], object]
     show: Callable[[object], str] = str
+    drop: int = 0  # narrow terminals hide columns of higher rank first (cli.tables)
 
 
 COLUMNS = (
     Column("instance", "instance", lambda s: s.name),
-    Column("chip", "chip", lambda s: s.chip.name),
+    Column("chip", "chip", lambda s: s.chip.name, drop=3),
     Column("chips", "chips", lambda s: s.chips),
     Column("cores", "NeuronCores", lambda s: s.neuron_cores),
     Column("memory", "device GiB", lambda s: s.device_memory_bytes, gib),
     Column("bandwidth", "mem GB/s", lambda s: s.device_memory_bytes_per_s,
-           lambda v: num(v, 0, 1e9)),
-    Column("fp8", "fp8 TFLOPS", _tflops("fp8"), lambda v: num(v, 0)),
+           lambda v: num(v, 0, 1e9), drop=4),
+    Column("fp8", "fp8 TFLOPS", _tflops("fp8"), lambda v: num(v, 0), drop=5),
     Column("bf16", "bf16 TFLOPS", _tflops("bf16"), lambda v: num(v, 0)),
-    Column("fp32", "fp32 TFLOPS", _tflops("fp32"), lambda v: num(v, 1)),
+    Column("fp32", "fp32 TFLOPS", _tflops("fp32"), lambda v: num(v, 1), drop=6),
     Column("neuronlink", "NeuronLink GB/s/chip", lambda s: s.neuronlink_bytes_per_s_per_chip,
-           lambda v: num(v, 0, 1e9)),
-    Column("efa", "EFA Gbps", lambda s: s.efa_bits_per_s, lambda v: num(v, 0, 1e9)),
+           lambda v: num(v, 0, 1e9), drop=7),
+    Column("efa", "EFA Gbps", lambda s: s.efa_bits_per_s, lambda v: num(v, 0, 1e9),
+           drop=8),
     Column("price", "$/hour", lambda s: s.price_per_hour, money),
-    Column("bf16_per_dollar", "bf16 TFLOPS per $/h", _per_dollar, lambda v: num(v, 1)),
+    Column("bf16_per_dollar", "bf16 TFLOPS per $/h", _per_dollar, lambda v: num(v, 1),
+           drop=2),
 )
 _BY_KEY = {c.key: c for c in COLUMNS}
 
@@ -112,20 +115,18 @@ def instances_command(
                              + ", ".join(_BY_KEY)),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="Also show figures other sources give, and every source."),
+    wide: bool = typer.Option(False, "--wide", help="Show every column even if the terminal is "
+                              "narrower."),
 ) -> None:
     """Compare instances: chips, cores, memory, peak TFLOPS, links, price."""
     specs = _sorted(list(hardware.INSTANCES), sort)
     if as_json:
         typer.echo(json.dumps([_json_row(s) for s in specs], indent=2))
         return
-    table = Table(box=box.SIMPLE_HEAD)
-    for column in COLUMNS:
-        table.add_column(column.header, justify="left" if column.key in ("instance", "chip")
-                         else "right")
-    for spec in specs:
-        table.add_row(*(c.show(c.get(spec)) for c in COLUMNS))
     out = console()
-    out.print(table)
+    print_table(out, [TableColumn(c.header, "left" if c.key in ("instance", "chip") else "right",
+                                  c.drop) for c in COLUMNS],
+                [[c.show(c.get(spec)) for c in COLUMNS] for spec in specs], wide=wide)
     out.print("Peaks are the architecture docs' dense figures (fp8: cFP8 on Trn1/Inf2/Trn2, "
               "MXFP8 on Trn3). '-' = not supported or not published.", highlight=False)
     if verbose:

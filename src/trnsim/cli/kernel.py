@@ -2,43 +2,62 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
-from trnsim.cli.app import app, console
-from trnsim.errors import TrnsimError
+from trnsim.cli.app import app, console, report_width
 from trnsim.nki.files import load_kernel, parse_shapes, random_inputs
 
 kernel_app = typer.Typer(help="Run NKI kernels on a simulated NeuronCore.", no_args_is_help=True)
 app.add_typer(kernel_app, name="kernel", help="Run NKI kernels on a simulated NeuronCore (kernel run).")
 
 
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
 @kernel_app.command("run")
 def run_command(
-    target: str = typer.Argument(..., help="FILE.py::KERNEL or package.module::KERNEL"),
+    target: str = typer.Argument(..., help="FILE.py::KERNEL or package.module::KERNEL, e.g. "
+                                 "trnsim.kernels.tutorials::matmul_optimized"),
     shapes: str = typer.Option(..., "--shapes",
-                               help="Input shapes in argument order: 128x512,512x256:bfloat16"),
-    dtype: str = typer.Option("float32", "--dtype", help="Default input dtype."),
+                               help="Input shapes in argument order. A dtype after the last "
+                                    "shape only applies to all (128x512,128x512:bfloat16); "
+                                    "else name one per shape (128x512:float32,512x256:bfloat16) "
+                                    "or none (--dtype)."),
+    dtype: str = typer.Option("float32", "--dtype", help="Input dtype when no shape names one."),
     platform: str = typer.Option("trn1", "--target", help="trn1 | inf2 | trn2 | trn3 (or gen2/gen3/gen4)."),
     timing_only: bool = typer.Option(False, "--timing-only", help="Skip the numerics (faster)."),
     profile_path: str = typer.Option(None, "--profile", help="Write a Perfetto trace to this path."),
     seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="Inputs, latency and each core's profile "
+                                 "summary as JSON."),
 ) -> None:
-    """Run KERNEL from FILE.py on random inputs; print latency and where the time went."""
+    """Run KERNEL on random inputs; print its inputs, latency and where the time went."""
     from trnsim import hardware
     from trnsim.sim import write_trace
 
-    kernel = load_kernel(target)
-    arrays = random_inputs(parse_shapes(shapes, dtype), seed)
+    specs = parse_shapes(shapes, dtype)
     core = hardware.core(platform)
-    try:
-        kernel.run(arrays, {}, mode="timing" if timing_only else "functional", target=core)
-    except TrnsimError:
-        raise
+    kernel = load_kernel(target)
+    arrays = random_inputs(specs, seed)
+    kernel.run(arrays, {}, mode="timing" if timing_only else "functional", target=core)
     run = kernel.last_run
+    trace = write_trace([r.profile for r in run.results], profile_path) if profile_path else None
+    if as_json:
+        typer.echo(json.dumps({
+            "kernel": target, "core": core.name,
+            "inputs": [{"shape": list(shape), "dtype": dt} for shape, dt in specs],
+            "latency_us": run.latency_ns / 1000,
+            "profiles": [r.profile.to_dict() for r in run.results],
+            "trace": str(trace) if trace else None}, indent=2, default=str))
+        return
     out = console()
-    out.print(f"{target} on {core.name}: {run.latency_ns / 1000:.3f} us", highlight=False)
+    inputs = ", ".join(f"{_shape(shape)} {dt}" for shape, dt in specs)
+    out.print(f"{target} on {core.name}: {run.latency_ns / 1000:.3f} us (inputs: {inputs})",
+              highlight=False, markup=False)
     for result in run.results:
-        out.print(result.profile.summary_table())
-    if profile_path:
-        path = write_trace([r.profile for r in run.results], profile_path)
-        out.print(f"Perfetto trace written to {path}", highlight=False)
+        out.print(result.profile.summary_table(report_width(out)), highlight=False, markup=False)
+    if trace:
+        out.print(f"Perfetto trace written to {trace}", highlight=False)

@@ -6,11 +6,13 @@ import importlib
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import typer
 
-from trnsim.cli.app import app, console
+from trnsim.cli.app import app, console, report_width
+from trnsim.cli.format import size
 from trnsim.errors import InvalidArgumentError
 
 
@@ -56,13 +58,38 @@ def example_inputs(shapes: list[str], seed: int = 0):
     return tuple(inputs)
 
 
+def parse_input_shapes(texts: list[str]) -> list[tuple[tuple[int, ...], str]]:
+    """Every --input-shape, checked before the model (and torch) is imported."""
+    parsed = [parse_input_shape(text) for text in texts]
+    for text, (shape, _) in zip(texts, parsed, strict=True):
+        if not shape:
+            raise InvalidArgumentError(f"bad --input-shape {text!r}; write e.g. 1x128:int64")
+    return parsed
+
+
+def artifact_files(path: str) -> list[tuple[str, int]]:
+    """(relative path, bytes) of every file an artifact directory holds."""
+    root = Path(path)
+    return sorted((str(f.relative_to(root)), f.stat().st_size) for f in root.rglob("*") if f.is_file())
+
+
+def describe_artifact(path: str) -> str:
+    """What `compile -o` wrote: a directory, its files and their sizes."""
+    files = artifact_files(path)
+    total = sum(n for _, n in files)
+    listing = ", ".join(f"{name} {size(n)}" for name, n in files)
+    return (f"wrote {path}{os.sep} (a directory of {len(files)} files, {size(total)}: {listing}); "
+            f"`trnsim run {path}` or trnsim.load() runs it; move or copy the whole directory")
+
+
 @app.command("compile")
 def compile_command(
     target: str = typer.Argument(..., help="MODULE:FACTORY returning a model or (model, inputs)"),
     input_shape: list[str] = typer.Option(None, "--input-shape",
                                           help="e.g. 1x128:int64 (repeat per input)"),
     instance: str = typer.Option("inf2.xlarge", "--instance"),
-    output: str = typer.Option("model.trnsim", "--output", "-o"),
+    output: str = typer.Option("model.trnsim", "--output", "-o",
+                               help="The artifact: a directory (manifest, program, weights)."),
     auto_cast: str = typer.Option(None, "--auto-cast", help="none | matmult | all"),
     auto_cast_type: str = typer.Option(None, "--auto-cast-type", help="bf16 | fp16 | tf32 | fp8_e4m3"),
     cores: int = typer.Option(1, "--cores", help="NeuronCores to use: copies x tensor-parallel "
@@ -73,11 +100,14 @@ def compile_command(
                                        help="inf1: stages of neuron-cc's NeuronCore Pipeline"),
     lnc: int = typer.Option(None, "--lnc", "--logical-nc-config",
                             help="trn2/trn3: physical cores per logical NeuronCore (1 or 2)"),
+    as_json: bool = typer.Option(False, "--json", help="The report and the files written, as JSON."),
 ) -> None:
-    """Trace and compile a PyTorch model; save it (JSON + safetensors) and print its report."""
+    """Trace and compile a PyTorch model; save it (a directory of JSON + safetensors) and print
+    its report and what was written."""
     import trnsim
 
     input_shape = input_shape or []
+    parse_input_shapes(input_shape)  # a typo costs nothing: checked before torch is imported
     made = load_factory(target)()
     model, inputs = made if isinstance(made, tuple) else (made, None)
     if inputs is None:
@@ -89,31 +119,107 @@ def compile_command(
                             tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores,
                             lnc=lnc)
     path = compiled.save(output)
+    if as_json:
+        files = artifact_files(path)
+        typer.echo(json.dumps({"report": compiled.report().to_dict(kernels=False),
+                               "artifact": {"path": path, "directory": True,
+                                            "files": dict(files),
+                                            "bytes": sum(n for _, n in files)}},
+                              indent=2, default=str))
+        return
     out = console()
-    out.print(compiled.report().table(), highlight=False, markup=False)
-    out.print(f"saved {path}", highlight=False)
+    out.print(compiled.report().table(width=report_width(out)), highlight=False, markup=False)
+    out.print(describe_artifact(path), highlight=False, markup=False, soft_wrap=True)
+
+
+def random_model_inputs(model, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
+    """Random inputs for a loaded model, and a line describing each. Integer inputs used as
+    gather indices (token ids) span the table they index (the vocabulary); other integer
+    inputs (masks, flags) are 0 or 1; floating-point inputs are standard normal."""
+    from trnsim.runtime.inputs import index_limits
+
+    limits = index_limits(model.program, [spec.name for spec in model.inputs])
+    rng = np.random.default_rng(seed)
+    arrays, lines = [], []
+    for spec in model.inputs:
+        shape = "x".join(str(d) for d in spec.shape)
+        if spec.dtype.startswith(("int", "uint", "bool")):
+            high = limits.get(spec.name)
+            arrays.append(rng.integers(0, high or 2, spec.shape).astype(spec.dtype.replace("_", "")))
+            where = (f"random in [0, {high}) (rows of the table it indexes)" if high else
+                     "random 0 or 1 (it indexes no table)")
+        else:
+            arrays.append(rng.standard_normal(spec.shape).astype(np.float32))
+            where = "standard normal"
+        lines.append(f"{spec.name} {spec.dtype}[{shape}]: {where}")
+    return arrays, lines
+
+
+def _leaf_names(structure, prefix: str = "") -> list[str]:
+    if structure is None:
+        return []
+    if structure.kind == "tensor":
+        return [prefix or "output"]
+    if structure.kind == "const":
+        return []
+    names = []
+    for i, child in enumerate(structure.children):
+        key = structure.keys[i] if structure.keys else f"[{i}]"
+        joined = f"{prefix}.{key}" if prefix and structure.keys else f"{prefix}{key}"
+        names += _leaf_names(child, joined)
+    return names
+
+
+def output_summaries(model, values: list, count: int = 4) -> list[dict]:
+    """Per output: name, shape, dtype, its first values, min, max and mean."""
+    names = _leaf_names(model.output_structure) or [spec.name for spec in model.outputs]
+    summaries = []
+    for name, spec, value in zip(names, model.outputs, values, strict=True):
+        array = np.asarray(value).astype(np.float64)
+        flat = array.reshape(-1)
+        summaries.append({"name": name, "shape": list(spec.shape), "dtype": spec.dtype,
+                          "first": [float(v) for v in flat[:count]],
+                          "min": float(flat.min()) if flat.size else None,
+                          "max": float(flat.max()) if flat.size else None,
+                          "mean": float(flat.mean()) if flat.size else None})
+    return summaries
+
+
+def _summary_line(s: dict) -> str:
+    shape = "x".join(str(d) for d in s["shape"])
+    first = ", ".join(f"{v:.4g}" for v in s["first"])
+    more = ", ..." if np.prod(s["shape"]) > len(s["first"]) else ""
+    stats = (f"; min {s['min']:.4g}, max {s['max']:.4g}, mean {s['mean']:.4g}"
+             if s["min"] is not None else "")
+    return f"{s['name']} {s['dtype']}[{shape}]: [{first}{more}]{stats}"
 
 
 @app.command("run")
 def run_command(
     path: str = typer.Argument(..., help="A model saved by trnsim compile / CompiledModel.save"),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Inputs, outputs and the report as JSON."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
-    """Load a compiled model, run it once on random inputs, print the performance report."""
+    """Load a compiled model, run it once on random inputs, print its outputs and report."""
     import trnsim
 
     model = trnsim.load(path)
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for spec in model.inputs:
-        if spec.dtype.startswith(("int", "uint", "bool")):
-            arrays.append(rng.integers(0, 2, spec.shape).astype(spec.dtype.replace("_", "")))
-        else:
-            arrays.append(rng.standard_normal(spec.shape).astype(np.float32))
-    model(*arrays)
+    arrays, input_lines = random_model_inputs(model, seed)
+    result = model(*arrays)
+    values = model.output_structure.flatten(result) if model.output_structure is not None else \
+        (list(result) if isinstance(result, tuple) else [result])
+    outputs = output_summaries(model, values)
     report = model.report()
     if as_json:
-        typer.echo(json.dumps(report.to_dict(kernels=False), indent=2, default=str))
-    else:
-        console().print(report.table(), highlight=False, markup=False)
+        data = report.to_dict(kernels=False)
+        data.update({"inputs": input_lines, "outputs": outputs})
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    out = console()
+    out.print("inputs:", highlight=False)
+    for line in input_lines:
+        out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    out.print("outputs:", highlight=False)
+    for summary in outputs:
+        out.print(f"  {_summary_line(summary)}", highlight=False, markup=False, soft_wrap=True)
+    out.print(report.table(width=report_width(out)), highlight=False, markup=False)

@@ -3,7 +3,8 @@
 ``FILE.py::KERNEL`` loads KERNEL from a Python file (its directory goes on ``sys.path`` so the
 file's own imports work, and ``neuronxcc.nki`` resolves to trnsim's); ``package.module::KERNEL``
 imports an installed module (e.g. ``trnsim.kernels.tutorials::matmul_optimized``). Shapes are
-written ``128x512,512x256:bfloat16``, in argument order.
+written ``128x512,512x256:bfloat16``, in argument order: a dtype after the last shape only is
+every shape's; otherwise each shape names its own or none does (`parse_shapes`).
 """
 
 from __future__ import annotations
@@ -20,19 +21,33 @@ from trnsim.errors import InvalidArgumentError
 
 
 def parse_shapes(text: str, default_dtype: str) -> list[tuple[tuple[int, ...], str]]:
-    """'128x512,128x512:bfloat16' -> [((128, 512), 'float32'), ((128, 512), 'bfloat16')]."""
+    """Input shapes in argument order, each with its dtype. A dtype after the last shape only
+    applies to every shape (``128x512,128x512:bfloat16``: both bf16); otherwise each shape
+    names its own (``128x512:float32,128x512:bfloat16``) or none does (`default_dtype`).
+    Some-but-not-all dtypes anywhere else are ambiguous and refused."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise InvalidArgumentError("no input shapes given; write them like 128x512,128x512")
     specs = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in parts:
         shape_text, _, dtype = part.partition(":")
         try:
             shape = tuple(int(s) for s in shape_text.lower().split("x"))
         except ValueError:
             raise InvalidArgumentError(f"bad shape {part!r}; write shapes like 128x512 or "
                                        f"128x512:bfloat16") from None
-        specs.append((shape, dtype or default_dtype))
-    if not specs:
-        raise InvalidArgumentError("no input shapes given; write them like 128x512,128x512")
-    return specs
+        specs.append((shape, dtype.strip()))
+    named = [dtype for _, dtype in specs if dtype]
+    if len(named) == len(specs):
+        return specs
+    if not named:
+        return [(shape, default_dtype) for shape, _ in specs]
+    if len(named) == 1 and specs[-1][1]:
+        return [(shape, specs[-1][1]) for shape, _ in specs]
+    raise InvalidArgumentError(
+        f"shapes {text!r}: {len(named)} of {len(specs)} name a dtype; name one on every shape "
+        f"(128x512:float32,128x512:bfloat16) or only after the last, for all of them "
+        f"(128x512,128x512:bfloat16)")
 
 
 def load_kernel(target: str, base_dir: str | Path | None = None):

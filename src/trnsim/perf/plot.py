@@ -8,16 +8,27 @@ from __future__ import annotations
 
 from trnsim.errors import TrnsimError
 
+# The README gives the same command (`pip install '.[plot]'`); tests check that they agree.
+INSTALL_HINT = "pip install '.[plot]'"
 
-def bench_plot(results, instances, path: str) -> dict:
-    """Write the chart; returns what it drew (for tests and --json users)."""
+
+def require_matplotlib():
+    """matplotlib.pyplot (headless), or an error naming the extra that installs it; commands
+    call this before their work so that a missing extra costs nothing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise TrnsimError("--plot needs matplotlib: pip install 'trnsim[plot]'") from None
+        raise TrnsimError(f"--plot needs matplotlib, which is not installed: {INSTALL_HINT} "
+                          "(from trnsim's source folder) or pip install matplotlib") from None
+    return plt
+
+
+def bench_plot(results, instances, path: str) -> dict:
+    """Write the chart; returns what it drew (for tests and --json users)."""
+    plt = require_matplotlib()
     cases = []
     for r in results:
         key = (r.model, r.batch, r.seq)

@@ -71,10 +71,11 @@ class ModelReport:
         data["kernels"] = [KernelTime(**k) for k in data.get("kernels", [])]
         return cls(**data)
 
-    def table(self, top: int = 12) -> str:
+    def table(self, top: int = 12, width: int = 140) -> str:
+        """As text `width` columns wide (the CLI passes the terminal's)."""
         from trnsim.runtime.report_tables import report_table
 
-        return report_table(self, top=top)
+        return report_table(self, top=top, width=width)
 
     def __str__(self) -> str:
         return self.table()

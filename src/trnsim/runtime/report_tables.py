@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 import io
+import math
 
 from rich.console import Console
 from rich.table import Table
 
 
-def _render(*tables) -> str:
-    console = Console(width=140, record=True, file=io.StringIO())
+def significant(value: float, digits: int = 4) -> str:
+    """`value` to `digits` significant figures in plain notation, never an exponent: 18,930 /
+    124.2 / 3.004 / 0.07640 (values of 10**digits and more keep every integer digit)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    if decimals and len(text.lstrip("-0.,").replace(",", "").replace(".", "")) > digits:
+        text = f"{value:,.{decimals - 1}f}"  # rounding carried into a new digit: 9.9996 -> 10.00
+    return text
+
+
+def _render(*tables, width: int = 140) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
     for t in tables:
         console.print(t)
     return console.export_text()
 
 
-def report_table(report, top: int = 12) -> str:
+def report_table(report, top: int = 12, width: int = 140) -> str:
     head = Table(title=f"{report.model} on {report.instance} ({report.core})", show_header=False)
     head.add_column("figure")
     head.add_column("value", justify="right")
     cost = ("-" if report.cost_per_inference_usd is None
-            else f"${report.cost_per_inference_usd:.3g} (${report.price_per_hour}/h)")
+            else f"${significant(report.cost_per_inference_usd * 1e6, 3)} "
+                 f"(at ${report.price_per_hour}/h)")
     rows = [
         ("batch", str(report.batch)),
         ("latency", f"{report.latency_ms:.3f} ms"),
         (f"throughput ({report.copies} copies)", f"{report.throughput_per_s:,.1f} inferences/s"),
-        ("cost per inference", cost),
+        ("cost per million inferences", cost),
         ("TensorE FLOP utilisation", f"{100 * report.tensor_flops_utilisation:.1f} %"),
         ("bound: tensor / dma / other", " / ".join(f"{100 * report.bound[k]:.0f}%"
                                                    for k in ("tensor", "dma", "other"))),
@@ -48,4 +62,4 @@ def report_table(report, top: int = 12) -> str:
         slow.add_column(col)
     for k in sorted(report.kernels, key=lambda k: -k.span_ns)[:top]:
         slow.add_row(k.label, k.source or "", f"{k.span_ns / 1e3:.1f}", f"{k.tensor_busy_ns / 1e3:.1f}")
-    return _render(head, ops, slow) + "\n".join(report.notes)
+    return _render(head, ops, slow, width=width) + "\n".join(report.notes)

@@ -166,10 +166,10 @@ class Profile:
     def summary(self) -> ProfileSummary:
         return summarise(self)
 
-    def summary_table(self) -> str:
+    def summary_table(self, width: int = 110) -> str:
         from trnsim.sim.report import summary_table
 
-        return summary_table(self)
+        return summary_table(self, width)
 
     def to_dict(self, *, records: bool = False) -> dict:
         """JSON-ready summary (and, with records=True, every instruction record)."""

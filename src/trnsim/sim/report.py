@@ -66,10 +66,10 @@ def _streams(profile) -> Table:
     return table
 
 
-def summary_table(profile) -> str:
-    """The headline figures and the per-stream breakdown as plain text."""
+def summary_table(profile, width: int = 110) -> str:
+    """The headline figures and the per-stream breakdown as plain text, `width` columns wide."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=110, color_system=None, force_terminal=False)
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     console.print(_headline(profile))
     console.print(_streams(profile))
     return buffer.getvalue()
