@@ -92,6 +92,8 @@ def validate_command(
                                "mape_pct": {k: v["mape_pct"] for k, v in data.items()},
                                "summary": data}, indent=2))
         return
+    if selected:  # rows of other kinds were not asked for: neither shown nor listed as skipped
+        results = [r for r in results if r.kind in selected]
     out = console()
     columns, rows = validate_columns(results)
     print_table(out, columns, rows, wide=wide)
