@@ -1,7 +1,12 @@
-"""`python -m trnsim.run script.py [args...]`: run a script with NKI imports routed to trnsim.
+"""`python -m trnsim.run script.py [args...]`: run a script with Neuron imports routed to trnsim.
 
 TRNSIM_NEURONXCC=1 aliases `neuronxcc.nki`; TRNSIM_NKI=1 aliases `nki`. With neither set, both are
-installed. pytest works too: `python -m trnsim.run -m pytest tests/`.
+installed. `torch_xla` (its `core.xla_model`, `distributed.parallel_loader`,
+`distributed.xla_backend`, `debug.metrics`, `runtime`) and `torch_neuronx` are served by
+`trnsim.runtime.xla` when the script imports them: training scripts run on the simulated
+device (TRNSIM_INSTANCE picks the instance, trn1.2xlarge by default). Data parallel:
+`torchrun --nproc_per_node=N -m trnsim.run train.py`. pytest works too:
+`python -m trnsim.run -m pytest tests/`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> None:
     from trnsim.nki import compat
+    from trnsim.runtime.xla import api as xla_api
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -26,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     if current or not legacy:
         with contextlib.suppress(ImportError):  # the current API front end is optional
             compat.install("nki")
+    xla_api.install_on_import()
     if argv[0] == "-m":
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

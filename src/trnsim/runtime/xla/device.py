@@ -1,0 +1,176 @@
+"""The process's lazy device: records each ATen call, cuts graphs, keys, compiles, executes.
+
+Values are computed at once on CPU by PyTorch (see `lazy`); what the device adds is the graph
+structure torch-xla would build, its compilation cache, and the simulated time of each graph.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from trnsim.runtime.xla.graph import StepGraph, build_graph
+from trnsim.runtime.xla.lazy import (
+    LIVE,
+    IrNode,
+    IrValue,
+    XlaTensor,
+    data_value,
+    node_source,
+    unwrap,
+    user_source,
+)
+from trnsim.runtime.xla.metrics import METRICS
+
+aten = torch.ops.aten
+CPU = torch.device("cpu")
+
+
+def _is_xla(device: Any) -> bool:
+    from trnsim.runtime.xla.modes import _xla
+
+    return _xla(device)
+
+
+class LazyDevice:
+    """One per process (`DEVICE`): the pending graph, the compile cache and the step history."""
+
+    def __init__(self) -> None:
+        self.executor = None  # set by `configure` (trnsim.runtime.xla.executor.Executor)
+        self.graphs: list[StepGraph] = []  # every executed graph, in order
+        self.precision = None  # trnsim.runtime.xla.precision.Precision, when bf16 is asked for
+        self.closures: list = []  # xm.add_step_closure: run after the next mark_step
+        self.pending_collectives: list[tuple[str, int, int]] = []  # (op, bytes, ranks)
+
+    def note_factory(self) -> None:
+        from trnsim.runtime.xla.metrics import METRICS
+
+        METRICS.count("xla::factory")
+
+    # --- recording ----------------------------------------------------------------------------
+    def dispatch(self, func, args: tuple, kwargs: dict) -> Any:
+        if func is aten._local_scalar_dense.default:
+            self.sync([args[0]], ".item()", user_source(3))
+            return args[0].value.item()
+        if func is aten._to_copy.default and not _is_xla(kwargs.get("device", "xla")):
+            self.sync([args[0]], ".cpu()", user_source(3))
+            return func(unwrap(args[0]), **kwargs)
+        if func in (aten.copy_.default,) and not isinstance(args[0], XlaTensor):
+            self.sync([args[1]], ".copy_ to host", user_source(3))
+            return func(args[0], unwrap(args[1]), **kwargs)
+        if func is aten.is_same_size.default or func is aten.equal.default:
+            return func(*unwrap(args), **unwrap(kwargs))
+        host_kwargs = {k: (CPU if k == "device" and _is_xla(v) else v) for k, v in kwargs.items()}
+        raw_args, raw_kwargs = unwrap(args), unwrap(host_kwargs)
+        out = func(*raw_args, **raw_kwargs)
+        if self.precision is not None:
+            out = self.precision.after_op(func, out, raw_args)
+        return self._record(func, args, kwargs, out)
+
+    def _record(self, func, args: tuple, kwargs: dict, out: Any) -> Any:
+        ref = lambda x: x.ir if isinstance(x, XlaTensor) else x  # noqa: E731
+        node = IrNode(func, tree_map(ref, args), tree_map(ref, kwargs), [], node_source(4))
+        mutated = _written_args(func, args)
+        for i, target in mutated:
+            value = IrValue(tuple(target.shape), target.dtype, node, i)
+            node.outputs.append(value)
+            target.ir = value
+            if self.precision is not None:
+                self.precision.after_write(target)
+        if mutated:
+            if isinstance(out, torch.Tensor) and out is not None and len(mutated) == 1:
+                return mutated[0][1]
+            flat = out if isinstance(out, (tuple, list)) else [out]
+            return type(flat)(m for _, m in mutated) if len(flat) == len(mutated) else out
+        counter = iter(range(1 << 30))
+
+        def wrap(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            value = IrValue(tuple(x.shape), x.dtype, node, next(counter))
+            node.outputs.append(value)
+            return XlaTensor(x, value)
+
+        return tree_map(wrap, out)
+
+    # --- cutting ------------------------------------------------------------------------------
+    def sync(self, tensors: list, why: str, source: str | None) -> StepGraph | None:
+        """Execute the pending graph of `tensors` (all live tensors for a mark_step)."""
+        if why != "mark_step":
+            METRICS.count("aten::_local_scalar_dense" if why == ".item()" else "aten::_to_copy")
+        roots, seen = [], set()
+        for t in tensors:
+            if isinstance(t, XlaTensor) and t.ir.node is not None and t.ir.uid not in seen:
+                seen.add(t.ir.uid)
+                roots.append(t.ir)
+        if not roots:
+            return None
+        roots.sort(key=lambda v: v.uid)  # creation order: the same program gives the same graph
+        graph = build_graph(roots, why, source)
+        if why == "mark_step":
+            graph.collectives, self.pending_collectives = self.pending_collectives, []
+        if self.executor is None:
+            from trnsim.runtime.xla.executor import Executor
+
+            self.executor = Executor.from_env()
+        self.executor.execute(graph)
+        self.graphs.append(graph)
+        done = {r.uid: r for r in roots}
+        for t in list(LIVE):
+            if t.ir.uid in done:
+                t.ir = data_value(t.value, t.ir.source)
+        return graph
+
+    def mark_step(self, source: str | None = None) -> None:
+        METRICS.count("MarkStep")
+        source = source or user_source(3)
+        self.sync(list(LIVE), "mark_step", source)
+        closures, self.closures = self.closures, []
+        for closure, args in closures:
+            closure(*args)
+
+    def collective(self, op: str, nbytes: int, ranks: int) -> None:
+        """A collective in the pending graph; timed with the graph that holds it."""
+        self.pending_collectives.append((op, nbytes, ranks))
+
+
+def _written_args(func, args: tuple) -> list[tuple[int, XlaTensor]]:
+    """The XlaTensor arguments an in-place op writes (schema alias info), with their position."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        info = arg.alias_info
+        if info is not None and info.is_write and i < len(args):
+            value = args[i]
+            if isinstance(value, XlaTensor):
+                written.append((i, value))
+            elif isinstance(value, (list, tuple)):  # _foreach_*_ ops write every list element
+                written += [(i, v) for v in value if isinstance(v, XlaTensor)]
+    return written
+
+
+DEVICE = LazyDevice()
+
+
+def to_device(tensor: torch.Tensor, index: int = 0) -> XlaTensor:
+    """A host tensor moved to the device: device data (a transfer, no graph)."""
+    if isinstance(tensor, XlaTensor):
+        return tensor
+    start = time.perf_counter()
+    out = XlaTensor(tensor.detach().clone(), None, index)
+    METRICS.sample("TransferToDeviceTime", (time.perf_counter() - start) * 1e9)
+    METRICS.count("CreateXlaTensor")
+    if tensor.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def flatten_tensors(tree: Any) -> list:
+    return [x for x in tree_flatten(tree)[0] if isinstance(x, XlaTensor)]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)

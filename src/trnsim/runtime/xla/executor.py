@@ -1,0 +1,173 @@
+"""Compile a cut graph once per structure and "execute" it: its simulated device time.
+
+Two cache levels, as on Neuron: an in-memory JIT cache keyed on the graph's structure, then an
+on-disk persistent cache (NEURON_CC_FLAGS `--cache_dir=`, else NEURON_COMPILE_CACHE_URL, else
+trnsim's cache directory; `--no_cache` turns it off) holding the simulated timing of each
+compiled graph as JSON. The disk key also covers the compile options (NEURON_CC_FLAGS), the
+instance's core and the simulator's code, so a changed flag or simulator recompiles.
+
+Compilation: the adapter `translate.to_ir` -> `compiler.run_pipeline` -> lowering -> one
+timing-only run on the instruction-level simulator (the same path as `trnsim.trace`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trnsim.runtime.xla.graph import StepGraph, recompile_reason
+from trnsim.runtime.xla.metrics import METRICS
+
+INSTANCE_ENV = "TRNSIM_INSTANCE"
+PHASES = ("forward", "backward", "optimizer", "collectives")
+
+
+@dataclass
+class CompiledStep:
+    """What one compiled graph costs on the device."""
+
+    key: str
+    device_ns: float
+    phase_ns: dict[str, float] = field(default_factory=dict)
+    kernels: list[dict] = field(default_factory=list)  # {op, source, ns, flops}
+    flops: int = 0
+    engine_utilisation: dict[str, float] = field(default_factory=dict)
+    instructions: int = 0
+
+
+def _cc_flags() -> list[str]:
+    return shlex.split(os.environ.get("NEURON_CC_FLAGS", ""))
+
+
+def persistent_cache_dir() -> Path | None:
+    """Neuron's rule: --cache_dir in NEURON_CC_FLAGS wins over NEURON_COMPILE_CACHE_URL."""
+    flags = _cc_flags()
+    if "--no_cache" in flags:
+        return None
+    for flag in flags:
+        if flag.startswith("--cache_dir="):
+            return Path(flag.split("=", 1)[1])
+    url = os.environ.get("NEURON_COMPILE_CACHE_URL")
+    if url:
+        return Path(url)
+    from trnsim.runtime.compile import cache_dir
+
+    root = cache_dir()
+    return None if root is None else root / "neuron-compile-cache"
+
+
+class Executor:
+    def __init__(self, instance: str = "trn1.2xlarge", timing: bool = True) -> None:
+        from trnsim import hardware
+
+        self.instance = hardware.instance(instance)
+        self.timing = timing  # False: graphs are keyed and counted but not compiled (DP ranks > 0)
+        self.memory: dict[str, CompiledStep] = {}
+        self.by_site: dict[tuple, StepGraph] = {}
+        self.recompilations: list[str] = []
+
+    @classmethod
+    def from_env(cls) -> Executor:
+        rank = int(os.environ.get("RANK", "0"))
+        timing = os.environ.get("TRNSIM_XLA_TIMING", "rank0")
+        return cls(os.environ.get(INSTANCE_ENV, "trn1.2xlarge"),
+                   timing == "all" or (timing == "rank0" and rank == 0))
+
+    def execute(self, graph: StepGraph) -> None:
+        METRICS.sample("TensorsGraphSize", len(graph.nodes))
+        site = (graph.why, graph.source)
+        previous = self.by_site.get(site)
+        compiled = self.memory.get(graph.key)
+        if compiled is None:
+            METRICS.count("UncachedCompile")
+            if previous is not None and previous.key != graph.key:
+                reason = recompile_reason(graph, previous)
+                message = (f"trnsim: recompiling the graph cut by {graph.why} at "
+                           f"{graph.source}: {reason}")
+                self.recompilations.append(message)
+                print(message, file=sys.stderr)
+            start = time.perf_counter()
+            compiled, graph.cache = self._compile(graph)
+            METRICS.sample("CompileTime", (time.perf_counter() - start) * 1e9)
+            self.memory[graph.key] = compiled
+        else:
+            METRICS.count("CachedCompile")
+            graph.cache = "memory"
+        self.by_site[site] = graph
+        graph.compiled = compiled
+        METRICS.count("ExecuteComputation")
+        if compiled.device_ns:
+            METRICS.sample("ExecuteTime", compiled.device_ns)
+
+    # --- compile ------------------------------------------------------------------------------
+    def _disk_key(self, graph: StepGraph) -> str:
+        from trnsim.hardware.spec import fingerprint
+        from trnsim.runtime.compile import PROGRAM_CODE, REPORT_CODE, _code_digest
+
+        payload = json.dumps({"graph": graph.key, "flags": _cc_flags(),
+                              "core": fingerprint(self.instance.chip.core),
+                              "code": _code_digest(PROGRAM_CODE) + _code_digest(REPORT_CODE)})
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    def _compile(self, graph: StepGraph) -> tuple[CompiledStep, str]:
+        if not self.timing:
+            return CompiledStep(graph.key, 0.0), "skipped"
+        root = persistent_cache_dir()
+        path = root / f"MODULE_{self._disk_key(graph)}" / "step.json" if root else None
+        if path is not None and path.exists():
+            try:
+                METRICS.count("PersistentCacheHit")
+                return CompiledStep(**json.loads(path.read_text())), "disk"
+            except (OSError, TypeError, ValueError):
+                pass
+        compiled = simulate_graph(graph, self.instance)
+        if path is not None:
+            from trnsim.runtime.compile import write_json
+
+            write_json(path, asdict(compiled))
+        return compiled, "compiled"
+
+
+def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
+    """Compile `graph` with trnsim's compiler and time it on the instruction-level simulator."""
+    from trnsim.compiler import options_from_env, run_pipeline
+    from trnsim.compiler.lowering import lower
+    from trnsim.runtime.report import kernel_times
+    from trnsim.runtime.xla.translate import to_ir
+    from trnsim.sim import simulate
+
+    ir = to_ir(graph)
+    options = options_from_env(instance=instance.name, cores=1)
+    kernel_graph = run_pipeline(ir, options)
+    lowered = lower(kernel_graph, instance.chip.core)
+    profile = simulate(lowered.program, None, mode="timing", chip=instance.chip).profile
+    kernels = kernel_times(profile)
+    phase_ns = dict.fromkeys(PHASES, 0.0)
+    rows = []
+    for k in kernels:
+        phase = phase_of(k.source)
+        span = k.end_ns - k.start_ns
+        phase_ns[phase] += span
+        rows.append({"op": k.op, "source": k.source, "ns": span, "flops": k.flops,
+                     "phase": phase})
+    total = profile.total_ns
+    spans = sum(phase_ns.values())
+    if spans > 0:  # kernels overlap a little: share the step's time in proportion
+        phase_ns = {p: v * total / spans for p, v in phase_ns.items()}
+    return CompiledStep(graph.key, total, phase_ns, rows, sum(k.flops for k in kernels),
+                        dict(profile.summary.engine_utilisation), len(profile))
+
+
+def phase_of(source: str | None) -> str:
+    """Sources carry their phase: "train.py:14 (backward)" (see `lazy.user_source`)."""
+    if source and source.endswith(")") and "(" in source:
+        phase = source.rsplit("(", 1)[1][:-1]
+        if phase in PHASES:
+            return phase
+    return "forward"
