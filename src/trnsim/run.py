@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(ImportError):  # the current API front end is optional
             compat.install("nki")
     xla_api.install_on_import()
+    xla_api.register_device()  # before any backward: autograd sizes its device queues once
     if argv[0] == "-m":
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -122,7 +122,8 @@ class LazyDevice:
         done = {r.uid: r for r in roots}
         for t in list(LIVE):
             if t.ir.uid in done:
-                t.ir = data_value(t.value, t.ir.source)
+                made = t.ir.node.source if t.ir.node is not None else t.ir.source
+                t.ir = data_value(t.value, made)
         return graph
 
     def mark_step(self, source: str | None = None) -> None:

@@ -21,6 +21,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from trnsim.runtime.xla.collective import all_reduce_ns
 from trnsim.runtime.xla.graph import StepGraph, recompile_reason
 from trnsim.runtime.xla.metrics import METRICS
 
@@ -69,6 +72,7 @@ class Executor:
         self.instance = hardware.instance(instance)
         self.timing = timing  # False: graphs are keyed and counted but not compiled (DP ranks > 0)
         self.memory: dict[str, CompiledStep] = {}
+        self.memory_use: dict[str, object] = {}  # graph key -> HbmUse of its first step
         self.by_site: dict[tuple, StepGraph] = {}
         self.recompilations: list[str] = []
 
@@ -92,18 +96,28 @@ class Executor:
                            f"{graph.source}: {reason}")
                 self.recompilations.append(message)
                 print(message, file=sys.stderr)
+            if graph.why == "mark_step":
+                from trnsim.runtime.xla.memory import check_fits, hbm_use
+
+                graph.hbm = hbm_use(graph, self.instance)
+                check_fits(graph.hbm, self.instance, graph.source)
             start = time.perf_counter()
             compiled, graph.cache = self._compile(graph)
             METRICS.sample("CompileTime", (time.perf_counter() - start) * 1e9)
             self.memory[graph.key] = compiled
+            self.memory_use[graph.key] = getattr(graph, "hbm", None)
         else:
             METRICS.count("CachedCompile")
             graph.cache = "memory"
+            graph.hbm = getattr(self.memory_use, "get", dict().get)(graph.key)
         self.by_site[site] = graph
         graph.compiled = compiled
         METRICS.count("ExecuteComputation")
-        if compiled.device_ns:
-            METRICS.sample("ExecuteTime", compiled.device_ns)
+        collective_ns = sum(all_reduce_ns(nbytes, ranks, self.instance.name)
+                            for _, nbytes, ranks in graph.collectives) if self.timing else 0.0
+        graph.collective_ns = collective_ns
+        if compiled.device_ns or collective_ns:
+            METRICS.sample("ExecuteTime", compiled.device_ns + collective_ns)
 
     # --- compile ------------------------------------------------------------------------------
     def _disk_key(self, graph: StepGraph) -> str:
@@ -138,7 +152,6 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     """Compile `graph` with trnsim's compiler and time it on the instruction-level simulator."""
     from trnsim.compiler import options_from_env, run_pipeline
     from trnsim.compiler.lowering import lower
-    from trnsim.runtime.report import kernel_times
     from trnsim.runtime.xla.translate import to_ir
     from trnsim.sim import simulate
 
@@ -147,21 +160,33 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     kernel_graph = run_pipeline(ir, options)
     lowered = lower(kernel_graph, instance.chip.core)
     profile = simulate(lowered.program, None, mode="timing", chip=instance.chip).profile
-    kernels = kernel_times(profile)
+    busy = busy_by_kernel(profile)
     phase_ns = dict.fromkeys(PHASES, 0.0)
     rows = []
-    for k in kernels:
-        phase = phase_of(k.source)
-        span = k.end_ns - k.start_ns
-        phase_ns[phase] += span
-        rows.append({"op": k.op, "source": k.source, "ns": span, "flops": k.flops,
-                     "phase": phase})
+    for (op, source), ns in busy.items():
+        phase_ns[phase_of(source)] += ns
+        rows.append({"op": op, "source": source, "ns": ns, "phase": phase_of(source)})
     total = profile.total_ns
-    spans = sum(phase_ns.values())
-    if spans > 0:  # kernels overlap a little: share the step's time in proportion
-        phase_ns = {p: v * total / spans for p, v in phase_ns.items()}
-    return CompiledStep(graph.key, total, phase_ns, rows, sum(k.flops for k in kernels),
+    work = sum(phase_ns.values())
+    if work > 0:  # engines run concurrently: share the step's time in proportion to busy time
+        phase_ns = {p: v * total / work for p, v in phase_ns.items()}
+        for row in rows:
+            row["ns"] *= total / work
+    flops = int(np.asarray(profile.flops, dtype=np.int64).sum())
+    return CompiledStep(graph.key, total, phase_ns, rows, flops,
                         dict(profile.summary.engine_utilisation), len(profile))
+
+
+def busy_by_kernel(profile) -> dict[tuple[str, str | None], float]:
+    """Engine-busy time (sum of instruction durations) per (kernel op, source line)."""
+    program = profile.program
+    pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
+    keys: dict[tuple, int] = {}
+    by_pc = np.array([keys.setdefault((ins.label.split(":")[0], ins.source), len(keys))
+                      for ins in program.instructions], dtype=np.int64)
+    which = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
+    busy = np.bincount(which, weights=profile.end_ns - profile.start_ns, minlength=len(keys))
+    return {key: float(busy[i]) for key, i in keys.items() if busy[i] > 0}
 
 
 def phase_of(source: str | None) -> str:

@@ -30,6 +30,8 @@ class StepGraph:
     compiled: Any = None  # the executor's CompiledStep
     cache: str = ""  # "memory", "disk" or "compiled"
     collectives: list = field(default_factory=list)  # (op, bytes, ranks) issued in this graph
+    collective_ns: float = 0.0  # their simulated time on the instance's fabric
+    hbm: Any = None  # memory.HbmUse of the step (mark_step graphs)
 
     def describe_input(self, i: int) -> str:
         value = self.inputs[i]

@@ -49,6 +49,7 @@ class IrValue:
     index: int = 0
     source: str | None = None  # where device data came from (a transfer, a factory, a sync)
     uid: int = field(default_factory=lambda: next(_IDS))
+    value: Any = None  # device data: its (CPU) value, for reference evaluation of a graph
 
 
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -161,7 +162,7 @@ LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 def data_value(value: torch.Tensor, source: str | None) -> IrValue:
-    return IrValue(tuple(value.shape), value.dtype, None, 0, source)
+    return IrValue(tuple(value.shape), value.dtype, None, 0, source, value=value)
 
 
 def sync_for_host_read(tensors, why: str) -> None:

@@ -37,8 +37,6 @@ def _target_device(args, kwargs):
 
 class XlaDeviceMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        from trnsim.runtime.xla.device import to_device
-
         kwargs = kwargs or {}
         if func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor) \
                 and not isinstance(args[0], XlaTensor) and _xla(_target_device(args, kwargs)):
@@ -46,9 +44,11 @@ class XlaDeviceMode(TorchFunctionMode):
             dtypes = [a for a in args[1:] if isinstance(a, torch.dtype)] + \
                 ([rest.pop("dtype")] if "dtype" in rest else [])
             host = args[0].to(dtypes[0]) if dtypes else args[0]
+            from trnsim.runtime.xla.device import to_device
+
             return to_device(host)
         if "device" in kwargs and _xla(kwargs["device"]):
-            from trnsim.runtime.xla.device import DEVICE
+            from trnsim.runtime.xla.device import DEVICE, to_device
 
             host = func(*args, **{**kwargs, "device": "cpu"})
             if isinstance(host, torch.Tensor):
@@ -74,7 +74,10 @@ def activate() -> None:
         register_optimizer_step_pre_hook,
     )
 
-    def pre(*_):
+    def pre(optimizer, *_):
+        from trnsim.runtime.xla.memory import OPTIMIZERS
+
+        OPTIMIZERS.add(optimizer)
         PHASE["optimizer"] += 1
 
     def post(*_):
@@ -82,3 +85,34 @@ def activate() -> None:
 
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
+    _keep_tied_parameters()
+
+
+def _keep_tied_parameters() -> None:
+    """`model.to(device)` gives each module a new Parameter object when the new tensor is of
+    another type (ours is), which would untie shared weights (GPT-2's wte and lm_head); torch-xla
+    keeps them tied (it swaps `.data` in place). After the top-level `_apply`, every module slot
+    that held one parameter object holds one new object again."""
+    original = torch.nn.Module._apply
+    depth = [0]
+
+    def apply(module, fn, recurse=True):
+        if depth[0]:
+            return original(module, fn, recurse)
+        slots = [(m, name, p) for m in module.modules()
+                 for name, p in m._parameters.items() if p is not None]
+        depth[0] += 1
+        try:
+            result = original(module, fn, recurse)
+        finally:
+            depth[0] -= 1
+        first: dict[int, torch.Tensor] = {}
+        for m, name, old in slots:
+            new = m._parameters[name]
+            if id(old) in first and new is not first[id(old)]:
+                m._parameters[name] = first[id(old)]
+            else:
+                first.setdefault(id(old), new)
+        return result
+
+    torch.nn.Module._apply = apply

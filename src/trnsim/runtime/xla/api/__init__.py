@@ -73,6 +73,19 @@ class _InstallOnImport(importlib.abc.MetaPathFinder):
         return None
 
 
+def register_device() -> None:
+    """Register the device type with PyTorch, if PyTorch is installed. It must happen before
+    the process's first backward pass (autograd's engine sizes its per-device queues then), so
+    `trnsim.run` does it before the script starts rather than at `import torch_xla`."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    from trnsim.runtime.xla.lazy import register_backend
+
+    register_backend()
+
+
 def install_on_import() -> None:
     if not any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _InstallOnImport())

@@ -6,6 +6,8 @@ by real processes on CPU (gloo), their time by trnsim's collectives layer (`coll
 
 from __future__ import annotations
 
+import importlib
+
 import torch.distributed as dist
 
 
@@ -16,13 +18,9 @@ def _create_xla_process_group(store, rank, size, timeout):
 if "xla" not in dist.Backend.backend_list:
     dist.Backend.register_backend("xla", _create_xla_process_group, devices=["cpu", "xla"])
 
-try:  # torch-xla's "xla://" init method: torchrun's environment
-    from torch.distributed import rendezvous as _rdzv
-
-    if "xla" not in _rdzv._rendezvous_handlers:
-        _rdzv.register_rendezvous_handler("xla", _rdzv._rendezvous_handlers["env"])
-except (ImportError, AttributeError):
-    pass
+_rdzv = importlib.import_module("torch.distributed.rendezvous")
+if "xla" not in _rdzv._rendezvous_handlers:  # torch-xla's "xla://": torchrun's environment
+    _rdzv.register_rendezvous_handler("xla", _rdzv._rendezvous_handlers["env"])
 
 
 def __getattr__(name: str):

@@ -1,0 +1,107 @@
+"""The lazy xla device (trnsim.runtime.xla): unmodified torch-xla scripts, each run in its own
+process under `python -m trnsim.run` (the device registers a PyTorch backend and a process-wide
+torch-function mode, which must not leak into the other tests)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SCRIPTS = Path(__file__).parent / "xla_scripts"
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def run_script(tmp_path, *argv: str, launcher: tuple[str, ...] = (), **env: str) -> dict:
+    environ = {**os.environ, "PYTHONPATH": str(SRC), "TRNSIM_CACHE_DIR": str(tmp_path), **env}
+    command = [*launcher] if launcher else [sys.executable]
+    done = subprocess.run([*command, "-m", "trnsim.run", *argv], capture_output=True, text=True,
+                          env=environ, timeout=600, cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def lazy(tmp_path_factory):
+    return run_script(tmp_path_factory.mktemp("lazy"), str(SCRIPTS / "lazy_semantics.py"))
+
+
+def test_item_cuts_the_graph_at_the_users_line(lazy):
+    assert lazy["device_type"] == "xla:0"
+    assert lazy["item_graphs"] == 1 and lazy["item_why"] == ".item()"
+    assert lazy["item_source_line"] == "lazy_semantics.py:25"
+
+
+def test_same_step_compiles_once_then_hits_the_cache(lazy):
+    # step 1 was cut by .item() (its forward ran apart), step 2 is the steady graph, 3-4 reuse it
+    assert lazy["cache"] == ["compiled", "compiled", "memory", "memory"]
+    assert lazy["counters"]["CachedCompile"] == 2
+    assert lazy["losses"][-1] < lazy["losses"][0]
+    assert "CompileTime" in lazy["short_report"] and "ExecuteTime" in lazy["short_report"]
+
+
+def test_recompilation_names_the_tensor_the_shapes_and_the_line(lazy):
+    (message,) = lazy["recompilations"]
+    assert "lazy_semantics.py:58" in message  # the mark_step that cut it
+    assert "created at lazy_semantics.py:53" in message
+    assert "float32[5, 16] to float32[6, 16]" in message
+
+
+def test_step_report_splits_device_time_and_counts_hbm(lazy):
+    report = lazy["report"]
+    phases = report["phase_ms"]
+    assert report["step_ms"] > 0 and phases["forward"] > 0 and phases["backward"] > 0
+    assert phases["optimizer"] > 0 and phases["collectives"] == 0
+    assert report["step_ms"] == pytest.approx(sum(phases.values()))
+    assert report["throughput"] == pytest.approx(8 / (report["step_ms"] * 1e-3))
+    weights = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    assert report["hbm"]["weights_bytes"] == weights
+    assert report["hbm"]["activations_bytes"] > 0
+
+
+def test_unknown_symbol_names_itself_and_the_line(lazy):
+    kind, text = lazy["unknown"]
+    assert kind == "UnsupportedError"
+    assert "xla_model.no_such_function" in text and "lazy_semantics.py:61" in text
+
+
+@pytest.mark.parametrize("model", ["bert", "gpt2"])
+def test_seed_loop_trains_with_eager_gradients(tmp_path, model):
+    result = run_script(tmp_path, str(SCRIPTS / "seed_loop.py"), model)
+    assert result["grad_error"] < 1e-5  # fp32: the same ops as eager PyTorch
+    losses = result["losses"]
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert result["cache"][2:] == ["memory", "memory"]  # one compilation for steps 2..n
+    assert result["step_ns"] > 0
+
+
+def test_data_parallel_ranks_agree_with_one_process(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    result = run_script(tmp_path, str(SCRIPTS / "data_parallel.py"),
+                        launcher=(str(torchrun), "--nproc_per_node=4", "--master_port=29561"),
+                        TRNSIM_INSTANCE="trn1.32xlarge")
+    assert result["ranks_identical"]
+    assert result["error_vs_single"] < 1e-6
+    assert result["collectives"] == [["all_reduce", (16 * 8 + 16 + 2 * 16 + 2) * 4, 4]]
+    assert result["collective_ms"] > 0
+
+
+def test_hbm_overflow_names_each_part():
+    from trnsim import hardware
+    from trnsim.runtime.xla.memory import HbmOverflowError, HbmUse, check_fits, core_capacity
+
+    spec = hardware.instance("trn1.2xlarge")
+    gib = 1 << 30
+    use = HbmUse(6 * gib, 6 * gib, 12 * gib, 3 * gib, core_capacity(spec))
+    assert use.capacity == 16 * gib
+    with pytest.raises(HbmOverflowError) as error:
+        check_fits(use, spec, "train.py:9")
+    text = str(error.value)
+    for part in ("weights 6.00 GiB", "gradients 6.00 GiB", "optimizer state 12.00 GiB",
+                 "activations 3.00 GiB", "16.00 GiB", "train.py:9"):
+        assert part in text
