@@ -106,3 +106,13 @@ def test_hbm_overflow_names_each_part():
     for part in ("weights 6.00 GiB", "gradients 6.00 GiB", "optimizer state 12.00 GiB",
                  "activations 3.00 GiB", "16.00 GiB", "train.py:9"):
         assert part in text
+
+
+def test_stochastic_rounding_is_seeded_and_unbiased(tmp_path):
+    result = run_script(tmp_path, str(SCRIPTS / "rounding.py"), TRNSIM_XLA_TIMING="off")
+    assert result["rne"] == 256.0 and result["downcast_rne"] == 256.0  # every +0.5 is lost
+    assert result["sr_seed0"] == result["sr_seed0_again"]  # same seed, same bits
+    assert result["sr_seed0"] != result["sr_seed3"]
+    for value in (result["sr_seed0"], result["sr_seed3"], result["downcast_sr"]):
+        # E = 256 + 256 * 0.5 = 384; each add rounds up by 2 with p = 1/4: sd = 2 * sqrt(48)
+        assert abs(value - 384.0) < 6 * 2 * 48 ** 0.5, value

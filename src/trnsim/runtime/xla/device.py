@@ -66,9 +66,10 @@ class LazyDevice:
             return func(*unwrap(args), **unwrap(kwargs))
         host_kwargs = {k: (CPU if k == "device" and _is_xla(v) else v) for k, v in kwargs.items()}
         raw_args, raw_kwargs = unwrap(args), unwrap(host_kwargs)
-        out = func(*raw_args, **raw_kwargs)
         if self.precision is not None:
-            out = self.precision.after_op(func, out, raw_args)
+            out = self.precision.run(func, raw_args, raw_kwargs)
+        else:
+            out = func(*raw_args, **raw_kwargs)
         return self._record(func, args, kwargs, out)
 
     def _record(self, func, args: tuple, kwargs: dict, out: Any) -> Any:
@@ -79,8 +80,6 @@ class LazyDevice:
             value = IrValue(tuple(target.shape), target.dtype, node, i)
             node.outputs.append(value)
             target.ir = value
-            if self.precision is not None:
-                self.precision.after_write(target)
         if mutated:
             if isinstance(out, torch.Tensor) and out is not None and len(mutated) == 1:
                 return mutated[0][1]
@@ -161,7 +160,10 @@ def to_device(tensor: torch.Tensor, index: int = 0) -> XlaTensor:
     if isinstance(tensor, XlaTensor):
         return tensor
     start = time.perf_counter()
-    out = XlaTensor(tensor.detach().clone(), None, index)
+    value = tensor.detach().clone()
+    if DEVICE.precision is not None:
+        value = DEVICE.precision.after_transfer(value)
+    out = XlaTensor(value, None, index)
     METRICS.sample("TransferToDeviceTime", (time.perf_counter() - start) * 1e9)
     METRICS.count("CreateXlaTensor")
     if tensor.requires_grad:

@@ -123,8 +123,10 @@ class Executor:
     def _disk_key(self, graph: StepGraph) -> str:
         from trnsim.hardware.spec import fingerprint
         from trnsim.runtime.compile import PROGRAM_CODE, REPORT_CODE, _code_digest
+        from trnsim.runtime.xla.precision import DOWNCAST_ENVS
 
         payload = json.dumps({"graph": graph.key, "flags": _cc_flags(),
+                              "downcast": [os.environ.get(n) for n in DOWNCAST_ENVS],
                               "core": fingerprint(self.instance.chip.core),
                               "code": _code_digest(PROGRAM_CODE) + _code_digest(REPORT_CODE)})
         return hashlib.sha256(payload.encode()).hexdigest()[:20]

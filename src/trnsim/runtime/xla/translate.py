@@ -52,14 +52,21 @@ def functional(op: Any) -> Any:
     return getattr(packet, op._overloadname, op)
 
 
+def _device_dtype(dtype: torch.dtype) -> torch.dtype:
+    from trnsim.runtime.xla.device import DEVICE
+
+    return DEVICE.precision.device_dtype(dtype) if DEVICE.precision is not None else dtype
+
+
 def to_ir(step: StepGraph, name: str = "step") -> Graph:
-    """The compiler IR of a cut graph: inputs are its device data, outputs its roots."""
+    """The compiler IR of a cut graph: inputs are its device data, outputs its roots (float32
+    tensors are bf16 on the device under XLA_USE_BF16 / XLA_DOWNCAST_BF16)."""
     graph = Graph(name)
     cx = Translator(graph)
     env: dict[int, Node] = {}
     for i, value in enumerate(step.inputs):
         env[value.uid] = graph.add("input", (), {"index": i, "name": f"in{i}", "shape": value.shape,
-                                                 "dtype": ir_dtype(value.dtype).name,
+                                                 "dtype": ir_dtype(_device_dtype(value.dtype)).name,
                                                  "torch_dtype": str(value.dtype)}, name=f"in{i}")
     unsupported: list[UnsupportedOp] = []
     for node in step.nodes:
@@ -69,7 +76,7 @@ def to_ir(step: StepGraph, name: str = "step") -> Graph:
             continue  # reads an op already reported as unsupported
         try:
             results = _translate_call(cx, functional(node.op), node.args, node.kwargs, env,
-                                      [(v.shape, v.dtype) for v in node.outputs])
+                                      [(v.shape, _device_dtype(v.dtype)) for v in node.outputs])
         except TrnsimError as exc:
             unsupported.append(UnsupportedOp(aten_kind(_name(node.op)), node.source, exc.message))
             continue
@@ -82,7 +89,7 @@ def to_ir(step: StepGraph, name: str = "step") -> Graph:
 
 
 def _meta(value: IrValue) -> torch.Tensor:
-    return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    return torch.empty(value.shape, dtype=_device_dtype(value.dtype), device="meta")
 
 
 def _translate_call(cx: Translator, op: Any, args: Any, kwargs: Any, env: dict[int, Node],

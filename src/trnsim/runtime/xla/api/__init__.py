@@ -109,6 +109,10 @@ def install() -> None:
     if not any(isinstance(f, _Refuse) for f in sys.meta_path):
         sys.meta_path.insert(0, _Refuse())
     modes.activate()
+    from trnsim.runtime.xla.device import DEVICE
+    from trnsim.runtime.xla.precision import Precision
+
+    DEVICE.precision = Precision.from_env()
 
 
 def uninstall() -> None:
