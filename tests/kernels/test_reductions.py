@@ -45,7 +45,9 @@ def test_reduce_with_prologue_and_correction(rng):
 
 @pytest.mark.parametrize("shape,axis,log,masked", [((300, 70), 1, False, False),
                                                   ((4, 5, 9000), 2, True, True),
-                                                  ((64, 10, 3), 1, False, False)])
+                                                  ((64, 10, 3), 1, False, False),
+                                                  ((3, 20000), 1, True, False),  # streamed
+                                                  ((2, 3, 20000), 2, False, True)])
 def test_softmax_matches_reference(rng, shape, axis, log, masked):
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     kwargs, bias = {}, 0

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import sys
 
-from trnsim.cli import bench, instances, kernel, ls, model, nccom, validate  # noqa: F401  (registers)
+from trnsim.cli import (  # noqa: F401  (registers commands)
+    bench,
+    instances,
+    kernel,
+    ls,
+    model,
+    nccom,
+    train,
+    validate,
+)
 from trnsim.cli.app import app, err_console, state
 from trnsim.errors import TrnsimError
 

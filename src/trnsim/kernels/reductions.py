@@ -288,33 +288,56 @@ def softmax(out: Tile, x: Tile, *, axis: int, scale: float = 1.0, log: bool = Fa
                 _softmax_rows(out2, x2, mask2, r0, rr, cols, float(scale), log)
 
 
+# Rows up to this many fp32 bytes per partition stay in SBUF between the two passes; longer
+# rows (a language model's vocabulary: 30522 or 50257 logits) are read from HBM again in the
+# second pass, as a streaming softmax does, so the kernel fits any row length.
+KEEP_ROW_BYTES = 64 * 1024
+
+
+def _shifted_chunk(view: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, c0: int, cw: int,
+                   scale: float, bias: Tile | None) -> None:
+    """view = x[rows, c0:c0+cw] * scale (+ mask, loaded through `bias`), in fp32."""
+    view[...] = nl.load(x[r0:r0 + rr, c0:c0 + cw])
+    if mask is not None:
+        load_block(bias[0:rr, 0:cw], mask[r0:r0 + rr, c0:c0 + cw])
+        view[...] = nisa.scalar_tensor_tensor(data=view, op0=np.multiply, operand0=scale,
+                                              op1=np.add, operand1=bias[0:rr, 0:cw])
+    elif scale != 1.0:
+        view[...] = nisa.tensor_scalar(view, np.multiply, scale)
+
+
 def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols: int,
                   scale: float, log: bool) -> None:
-    """Pass 1: per chunk, shifted = x * scale + mask kept in SBUF, running max and sum (the sum
-    rescaled by exp(old max - new max)); pass 2: exp(shifted - max) / sum, or shifted - max -
-    log(sum)."""
+    """Pass 1: per chunk, shifted = x * scale + mask (kept in SBUF when the row is short), running
+    max and sum (the sum rescaled by exp(old max - new max)); pass 2: exp(shifted - max) / sum,
+    or shifted - max - log(sum)."""
     chunks = tiles(cols, CHUNK)
-    shifted = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.sbuf)
+    keep = cols * 4 <= KEEP_ROW_BYTES
+    shifted = nl.ndarray((P, cols), dtype=nl.float32, buffer=nl.sbuf) if keep else None
+    scratch = None if keep else nl.ndarray((P, CHUNK), dtype=nl.float32, buffer=nl.sbuf)
+
+    def block(dt):  # a chunk's buffer: fresh per chunk (chunks overlap) unless streaming, where
+        # one buffer is reused (a trace keeps every tile it allocates until the kernel ends)
+        shared = None if keep else nl.ndarray((P, CHUNK), dtype=dt, buffer=nl.sbuf)
+        return lambda cw: shared if shared is not None else \
+            nl.ndarray((P, cw), dtype=dt, buffer=nl.sbuf)
+
+    new_bias, new_junk = block(nl.float32), block(nl.bfloat16)
+    new_probs, new_stage = block(nl.float32), block(out.dtype)
     run_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
     run_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
     for i, (c0, cw) in enumerate(chunks):
-        view = shifted[0:rr, c0:c0 + cw]
-        view[...] = nl.load(x[r0:r0 + rr, c0:c0 + cw])
-        if mask is not None:
-            bias = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
-            load_block(bias[0:rr], mask[r0:r0 + rr, c0:c0 + cw])
-            view[...] = nisa.scalar_tensor_tensor(data=view, op0=np.multiply, operand0=scale,
-                                                  op1=np.add, operand1=bias[0:rr])
-        elif scale != 1.0:
-            view[...] = nisa.tensor_scalar(view, np.multiply, scale)
+        view = shifted[0:rr, c0:c0 + cw] if keep else scratch[0:rr, 0:cw]
+        bias = new_bias(cw) if mask is not None else None
+        _shifted_chunk(view, x, mask, r0, rr, c0, cw, scale, bias)
         chunk_max = nisa.tensor_reduce(np.max, view, axis=(1,), keepdims=True, dtype=nl.float32)
         new_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         new_max[0:rr] = (nisa.tensor_copy(chunk_max) if i == 0
                          else nisa.tensor_tensor(run_max[0:rr], chunk_max, np.maximum))
         neg = nisa.tensor_scalar(new_max[0:rr], np.multiply, -1.0, dtype=nl.float32)
         chunk_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-        junk = nl.ndarray((P, cw), dtype=nl.bfloat16, buffer=nl.sbuf)
-        junk[0:rr] = nisa.activation(op=nl.exp, data=view, bias=neg, reduce_op=nl.add,
+        junk = new_junk(cw)
+        junk[0:rr, 0:cw] = nisa.activation(op=nl.exp, data=view, bias=neg, reduce_op=nl.add,
                                      reduce_res=chunk_sum[0:rr],
                                      reduce_cmd=nisa.reduce_cmd.reset_reduce)
         if i == 0:
@@ -332,16 +355,19 @@ def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols:
     else:
         inverse = nisa.reciprocal(run_sum[0:rr], dtype=nl.float32)
     for c0, cw in chunks:
-        stage = nl.ndarray((P, cw), dtype=out.dtype, buffer=nl.sbuf)
+        if keep:
+            chunk = shifted[0:rr, c0:c0 + cw]
+        else:  # read the row's chunk again from HBM
+            chunk = scratch[0:rr, 0:cw]
+            _shifted_chunk(chunk, x, mask, r0, rr, c0, cw, scale,
+                           new_bias(cw) if mask is not None else None)
+        stage, probs = new_stage(cw), new_probs(cw)
         if log:
-            stage[0:rr] = nisa.activation(op="identity", data=shifted[0:rr, c0:c0 + cw],
-                                          bias=shift)
+            stage[0:rr, 0:cw] = nisa.activation(op="identity", data=chunk, bias=shift)
         else:
-            probs = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf)
-            probs[0:rr] = nisa.activation(op=nl.exp, data=shifted[0:rr, c0:c0 + cw],
-                                          bias=neg_max)
-            stage[0:rr] = nisa.tensor_scalar(probs[0:rr], np.multiply, inverse)
-        nl.store(out[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])
+            probs[0:rr, 0:cw] = nisa.activation(op=nl.exp, data=chunk, bias=neg_max)
+            stage[0:rr, 0:cw] = nisa.tensor_scalar(probs[0:rr, 0:cw], np.multiply, inverse)
+        nl.store(out[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr, 0:cw])
 
 
 def cumsum(out: Tile, x: Tile, *, axis: int) -> None:

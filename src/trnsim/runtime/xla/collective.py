@@ -21,6 +21,20 @@ _REDUCE = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "B
            "or": "BOR"}
 
 
+SIMULATED_WORLD_ENV = "TRNSIM_XLA_SIMULATED_WORLD"
+
+
+def simulated_world() -> int | None:
+    """Ranks a one-process run stands for (timing mode: one rank simulated, its collectives
+    timed for this many identical ranks), or None for a real torchrun job."""
+    text = os.environ.get(SIMULATED_WORLD_ENV)
+    return int(text) if text else None
+
+
+def world_size() -> int:
+    return simulated_world() or int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def instance():
     from trnsim import hardware
 
@@ -39,9 +53,9 @@ def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None):
         raise UnsupportedError("all_reduce with replica groups", source=user_source(3))
     single = isinstance(inputs, torch.Tensor)
     tensors = [inputs] if single else list(inputs)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    if world > 1:
+    if world > 1 and simulated_world() is None:
         import torch.distributed as dist
 
         values = [t.value if isinstance(t, XlaTensor) else t for t in tensors]

@@ -9,7 +9,6 @@ second over world size x per-core peak).
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -81,7 +80,9 @@ def step_report(samples_per_step: int | None = None, device=None) -> StepReport:
         from trnsim.errors import InvalidArgumentError
 
         raise InvalidArgumentError("no step has run on the xla device yet (call xm.mark_step())")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    from trnsim.runtime.xla.collective import simulated_world, world_size
+
+    world = world_size()
     step = last_step(device.graphs)
     phase_ns: dict[str, float] = defaultdict(float)
     kernels: dict[str, float] = defaultdict(float)
@@ -99,9 +100,14 @@ def step_report(samples_per_step: int | None = None, device=None) -> StepReport:
     throughput = samples * world / (total_ns * 1e-9) if samples and total_ns else None
     peak = executor.instance.chip.core.peak_flops("bf16")
     mfu = flops / (total_ns * 1e-9) / peak if total_ns and peak and flops else None
-    mode = ("every rank's step simulated" if world == 1 else
-            f"rank 0's step simulated; the other {world - 1} ranks run the same graph "
-            f"(numbers on gloo); collectives simulated for {world} ranks")
+    if world == 1:
+        mode = "one rank, simulated"
+    elif simulated_world():
+        mode = (f"timing mode: one rank simulated, standing for {world} identical data-parallel "
+                f"ranks; collectives simulated for {world} ranks")
+    else:
+        mode = (f"rank 0's step simulated; the other {world - 1} ranks run the same graph "
+                f"(numbers on gloo); collectives simulated for {world} ranks")
     hbm = step[-1].hbm.to_dict() if step[-1].hbm is not None else None
     return StepReport(executor.instance.name, world, mode, total_ns / 1e6,
                       {p: phase_ns.get(p, 0.0) / 1e6 for p in PHASES}, samples, throughput, mfu,

@@ -6,7 +6,9 @@ import os
 
 
 def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    from trnsim.runtime.xla.collective import world_size as _world_size
+
+    return _world_size()
 
 
 def global_ordinal() -> int:
