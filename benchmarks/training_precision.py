@@ -1,6 +1,6 @@
 """fp32 vs bf16 (round-to-nearest-even) vs bf16 with stochastic rounding, on a training run.
 
-    python benchmarks/training_precision.py [--steps 150] [--plot precision.png]
+    python benchmarks/training_precision.py [--steps 100] [--plot precision.png]
 
 Trains a small GPT-2-shaped model (2 layers, width 64, built from a config with random weights)
 on a synthetic next-token task (each sequence counts up modulo the vocabulary from a random
@@ -58,7 +58,7 @@ def worker(steps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
