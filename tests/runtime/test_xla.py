@@ -81,10 +81,19 @@ def test_seed_loop_trains_with_eager_gradients(tmp_path, model):
     assert result["step_ns"] > 0
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_data_parallel_ranks_agree_with_one_process(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     result = run_script(tmp_path, str(SCRIPTS / "data_parallel.py"),
-                        launcher=(str(torchrun), "--nproc_per_node=4", "--master_port=29561"),
+                        launcher=(str(torchrun), "--nproc_per_node=4", "--master_addr=127.0.0.1",
+                                  f"--master_port={_free_port()}"),
                         TRNSIM_INSTANCE="trn1.32xlarge")
     assert result["ranks_identical"]
     assert result["error_vs_single"] < 1e-6
