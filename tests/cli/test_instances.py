@@ -54,3 +54,15 @@ def test_version_and_help(capsys):
     assert code == 0 and __version__ in out
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "ls" in out and "instances" in out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_instances_table_fits_the_terminal_and_wide_shows_every_column(capsys, monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    _, out, _ = run(capsys, "instances")
+    table = out.split("\n(")[0]
+    assert max(len(line.rstrip()) for line in table.splitlines()) <= width
+    assert "trn2.48xlarge" in table and "…" not in out and "--wide shows them" in out
+    _, wide, _ = run(capsys, "instances", "--wide")
+    headers = " ".join(wide.split())
+    assert "NeuronLink GB/s/chip" in headers and "EFA Gbps" in headers and "hidden" not in wide

@@ -139,3 +139,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
 def test_help_lists_nccom_options(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "--show-algorithm" in out and "--report-to-json-file" in out
+
+
+def test_table_fits_80_columns_and_json_prints_the_rows(capsys, monkeypatch):
+    """nccom-test's fixed widths (84 columns) would wrap every line at 80: there the columns
+    shrink to their contents; --json prints the same rows for scripts."""
+    wide = run_ok(capsys, "-r", "2", "allr", "-b", "1K", "-e", "1M", "-f", "32")
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = run_ok(capsys, "-r", "2", "allr", "-b", "1K", "-e", "1M", "-f", "32")
+    assert max(len(line) for line in wide.splitlines()) > 80
+    assert max(len(line.expandtabs()) for line in narrow.splitlines()) <= 80
+    assert table(narrow) == table(wide)
+    data = json.loads(run_ok(capsys, "-r", "2", "allr", "-b", "1K", "-e", "1M", "-f", "32",
+                             "--json"))
+    _, rows, avg = table(wide)
+    assert [r["size(B)"] for r in data["results"]] == [int(r["size(B)"]) for r in rows]
+    assert data["avg_busbw(GB/s)"] == pytest.approx(avg, abs=1e-4)

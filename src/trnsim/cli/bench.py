@@ -70,6 +70,8 @@ def bench_columns(results, instances) -> tuple[list[Column], list[list[str]]]:
     columns += [Column(f"{inst} {unit}/s", drop=6, short=f"{unit}/s") for inst in instances]
     columns += [Column(f"{inst} $ per 1M {unit}", drop=7, short=f"$ per 1M {unit}")
                 for inst in instances]
+    if not any(r.published_ms is not None for r in results):  # nothing to compare with
+        columns = [c for c in columns if c.short not in ("error %", "published ms")]
     rows = []
     for row in comparison_rows(results, instances):
         cells = list(row["by_instance"].values())
@@ -77,8 +79,9 @@ def bench_columns(results, instances) -> tuple[list[Column], list[list[str]]]:
         line += [sig(r.latency_ms) if r else "-" for r in cells]
         if len(instances) > 1:
             line.append(num(row["speedup"], 2) if row["speedup"] is not None else "-")
-        line += [signed_pct(r.error_pct) if r else "-" for r in cells]
-        line += [sig(r.published_ms) if r else "-" for r in cells]
+        if any(c.short == "error %" for c in columns):
+            line += [signed_pct(r.error_pct) if r else "-" for r in cells]
+            line += [sig(r.published_ms) if r else "-" for r in cells]
         line += [num(r.throughput_per_s, 0) if r else "-" for r in cells]
         line += [sig(r.cost_per_inference_usd * 1e6, 3)
                  if r and r.cost_per_inference_usd is not None else "-" for r in cells]

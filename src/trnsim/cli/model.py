@@ -129,7 +129,7 @@ def compile_command(
         return
     out = console()
     out.print(compiled.report().table(width=report_width(out)), highlight=False, markup=False)
-    out.print(describe_artifact(path), highlight=False, markup=False, soft_wrap=True)
+    out.print(describe_artifact(path), highlight=False, markup=False)
 
 
 def random_model_inputs(model, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
@@ -218,8 +218,8 @@ def run_command(
     out = console()
     out.print("inputs:", highlight=False)
     for line in input_lines:
-        out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+        out.print(f"  {line}", highlight=False, markup=False)
     out.print("outputs:", highlight=False)
     for summary in outputs:
-        out.print(f"  {_summary_line(summary)}", highlight=False, markup=False, soft_wrap=True)
+        out.print(f"  {_summary_line(summary)}", highlight=False, markup=False)
     out.print(report.table(width=report_width(out)), highlight=False, markup=False)

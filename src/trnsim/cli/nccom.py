@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="time columns (all equal: the simulation is deterministic)")
     p.add_argument("--show-algorithm", action="store_true", help="add an algorithm column")
     p.add_argument("--report-to-json-file", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of the "
+                   "table (trnsim's addition)")
     p.add_argument("-s", "--hosts", nargs="*", help="accepted and ignored")
     p.add_argument("--instance", default=os.environ.get("TRNSIM_INSTANCE", DEFAULT_INSTANCE),
                    help=f"instance type of every node (default $TRNSIM_INSTANCE, else "
@@ -100,6 +102,16 @@ def _cells(row: nccom.Row, stats: list[str], show_algorithm: bool) -> list[str]:
     return cells + ([row.algorithm] if show_algorithm else [])
 
 
+def _fit(columns: list[tuple[str, int]], rows: list[list[str]], room: int) -> list[int]:
+    """nccom-test's column widths, or, when they overflow the terminal, each column as wide as
+    its header or widest cell plus two spaces (so that no line wraps)."""
+    widths = [width for _, width in columns]
+    if sum(widths) <= room:
+        return widths
+    return [max([len(name)] + [len(row[i]) for row in rows]) + 2
+            for i, (name, _) in enumerate(columns)]
+
+
 def _json_row(row: nccom.Row, stats: list[str], show_algorithm: bool) -> dict:
     out = {"size(B)": row.size_bytes, "count(elems)": row.count, "type": row.type,
            "algbw(GB/s)": round(row.algbw, 4), "busbw(GB/s)": round(row.busbw, 4)}
@@ -121,20 +133,34 @@ def nccom_test_command(ctx: typer.Context) -> None:
     report = nccom.run(args.operation, args.nworkers, sizes, args.instance, args.nnodes,
                        args.datatype, args.algorithm, args.lnc, args.check)
     columns = _header(args.stats, args.show_algorithm)
+    json_rows = [_json_row(r, args.stats, args.show_algorithm) for r in report.rows]
+    if args.json:
+        typer.echo(json.dumps({"results": json_rows, "avg_busbw(GB/s)": round(report.avg_busbw, 4),
+                               "check_errors": report.check_errors if args.check else None},
+                              indent=2))
+        _write_report(args.report_to_json_file, json_rows)
+        if args.check and report.check_errors:
+            raise typer.Exit(1)
+        return
     out = console()
-    out.print("".join(name.rjust(width) for name, width in columns), highlight=False)
-    for row in report.rows:
-        cells = _cells(row, args.stats, args.show_algorithm)
-        out.print("".join(c.rjust(w) for c, (_, w) in zip(cells, columns, strict=True)),
+    cells = [_cells(row, args.stats, args.show_algorithm) for row in report.rows]
+    widths = _fit(columns, cells, out.width)
+    out.print("".join(name.rjust(w) for (name, _), w in zip(columns, widths, strict=True)),
+              highlight=False, markup=False)
+    for row in cells:
+        out.print("".join(c.rjust(w) for c, w in zip(row, widths, strict=True)),
                   highlight=False, markup=False)
     out.print(f"Avg bus bandwidth:\t{report.avg_busbw:.4f}GB/s", highlight=False)
-    if args.report_to_json_file:
-        rows = [_json_row(r, args.stats, args.show_algorithm) for r in report.rows]
-        with open(args.report_to_json_file, "w") as handle:
-            json.dump({"results": rows}, handle, indent=2)
+    _write_report(args.report_to_json_file, json_rows)  # after the table: a bad path cannot lose it
     if args.check:
         errors = report.check_errors
         out.print(f"{errors} errors found - test failed" if errors else
                   "Correctness check passed", highlight=False)
         if errors:
             raise typer.Exit(1)
+
+
+def _write_report(path: str | None, rows: list[dict]) -> None:
+    if path:
+        with open(path, "w") as handle:
+            json.dump({"results": rows}, handle, indent=2)

@@ -102,4 +102,4 @@ def validate_command(
             out.print(f"{r.id}: not predicted ({r.status}): {r.reason}", highlight=False,
                       markup=False, soft_wrap=True)
     for line in summary_lines(results):
-        out.print(line, highlight=False, markup=False, soft_wrap=True)
+        out.print(line, highlight=False, markup=False)  # wrapped at spaces on a narrow terminal
