@@ -29,7 +29,11 @@ def run_script(tmp_path, *argv: str, launcher: tuple[str, ...] = (), **env: str)
 
 @pytest.fixture(scope="module")
 def lazy(tmp_path_factory):
-    return run_script(tmp_path_factory.mktemp("lazy"), str(SCRIPTS / "lazy_semantics.py"))
+    root = tmp_path_factory.mktemp("lazy")
+    result = run_script(root, str(SCRIPTS / "lazy_semantics.py"),
+                        TRNSIM_XLA_PROFILE_DIR=str(root / "traces"))
+    result["traces"] = sorted(p.name for p in (root / "traces").glob("*.json"))
+    return result
 
 
 def test_item_cuts_the_graph_at_the_users_line(lazy):
@@ -63,6 +67,11 @@ def test_step_report_splits_device_time_and_counts_hbm(lazy):
     weights = (16 * 32 + 32 + 32 * 4 + 4) * 4
     assert report["hbm"]["weights_bytes"] == weights
     assert report["hbm"]["activations_bytes"] > 0
+
+
+def test_each_compiled_graph_writes_a_perfetto_trace_when_asked(lazy):
+    # the graphs compiled by the time the counters were read, then the two batch shapes
+    assert len(lazy["traces"]) == lazy["counters"]["UncachedCompile"] + 2
 
 
 def test_unknown_symbol_names_itself_and_the_line(lazy):

@@ -29,6 +29,7 @@ from trnsim.runtime.xla.metrics import METRICS
 
 INSTANCE_ENV = "TRNSIM_INSTANCE"
 PHASES = ("forward", "backward", "optimizer", "collectives")
+PROFILE_ENV = "TRNSIM_XLA_PROFILE_DIR"
 
 
 @dataclass
@@ -162,6 +163,12 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     kernel_graph = run_pipeline(ir, options)
     lowered = lower(kernel_graph, instance.chip.core)
     profile = simulate(lowered.program, None, mode="timing", chip=instance.chip).profile
+    trace_dir = os.environ.get(PROFILE_ENV)
+    if trace_dir:  # a Perfetto trace of each graph as it is compiled (opt-in, never by default)
+        from trnsim.sim import write_trace
+
+        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+        write_trace([profile], Path(trace_dir) / f"graph-{graph.key}.json")
     busy = busy_by_kernel(profile)
     phase_ns = dict.fromkeys(PHASES, 0.0)
     rows = []
