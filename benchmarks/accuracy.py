@@ -4,7 +4,8 @@ For every constant in the hardware spec that was calibrated or assumed (rather t
 page), the calibration rows it can affect are predicted again with the constant set to its
 documented default (or, where nothing is documented, the plain alternative named below), and
 the script prints, as JSON, the per-row errors and the MAPE of the calibration rows (seed-1..8,
-neuron-inf2-*, nki-matmul-optimized) and of the collective rows, before and after.
+neuron-inf2-*, the nki-matmul-* tutorial kernels), of each kind (model, kernel, collective) and
+of the collective rows, before and after.
 
     PYTHONPATH=src python benchmarks/accuracy.py            # all knobs (~10 minutes cold)
     PYTHONPATH=src python benchmarks/accuracy.py --knob descriptor_overhead
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from trnsim import hardware
 from trnsim.perf.validate import default_csv, mape, read_rows, validate
 
-CALIBRATION_PREFIXES = ("seed-", "neuron-inf2-", "nki-matmul-optimized")
+CALIBRATION_PREFIXES = ("seed-", "neuron-inf2-", "nki-matmul-")
+KINDS = ("model", "kernel", "collective")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ KNOBS = (
          "256 B per contiguous chunk (ASSUMPTION from the DMA guide's 2 KiB / 4 KiB rules)",
          "0: the documented 17 B/ns per engine for any chunk size",
          core=2, core_changes={"dma": {"descriptor_overhead_bytes": 0}}),
+    Knob("dma_transfer_overhead", "hardware.cores.DmaSpec.transfer_overhead_ns (NeuronCore-v2)",
+         "600 ns per transfer per engine (ASSUMPTION: NC-v3's documented ~600 ns per DGE "
+         "instruction; NC-v2's per-transfer overhead is named, not quantified)",
+         "0: no per-transfer overhead (only per-descriptor)",
+         core=2, core_changes={"dma": {"transfer_overhead_ns": 0.0}}),
     Knob("dma_rate", "hardware.cores.DmaSpec.bytes_per_s_per_engine (NeuronCore-v2)",
          "17 GB/s per engine (nki-dma-bandwidth-guide)",
          "27.2 GB/s: the other figure the same page gives (hardware.md section 6 fact 7)",
@@ -68,6 +75,13 @@ KNOBS = (
     Knob("collective_issue", "hardware.fabric.FabricSpec.issue_interval_ns",
          "calibrated: the 58 us nccom-test floor", "0: no documented issue cost",
          fabric_chip="Trainium", fabric_changes={"issue_interval_ns": 0.0}),
+    Knob("collective_copy_floor", "hardware.fabric.FabricSpec.copy_launch_latency_ns / "
+         "copy_issue_interval_ns",
+         "calibrated: the nccom-test doc's 8-rank all-gather floor (10 us at 1 KiB)",
+         "the all-reduce's 58 us floor for every collective (trnsim before this split)",
+         fabric_chip="Trainium",
+         fabric_changes={"copy_launch_latency_ns": hardware.fabric_spec("Trainium").launch_latency_ns,
+                         "copy_issue_interval_ns": hardware.fabric_spec("Trainium").issue_interval_ns}),
 )
 
 
@@ -91,6 +105,7 @@ def _summary(results) -> dict:
     calibration = [r for r in results if r.id.startswith(CALIBRATION_PREFIXES)]
     return {"calibration_mape_pct": mape(calibration),
             "collective_mape_pct": mape([r for r in results if r.kind == "collective"]),
+            "mape_pct_by_kind": {kind: mape(results, kind) for kind in KINDS},
             "rows": {r.id: {"predicted": r.predicted, "measured": r.measured,
                             "error_pct": r.error_pct, "status": r.status, "reason": r.reason}
                      for r in results}}
@@ -104,7 +119,8 @@ def main() -> None:
     start = time.perf_counter()
     baseline_results = validate()
     baseline = _summary(baseline_results)
-    report = {"baseline": {k: baseline[k] for k in ("calibration_mape_pct", "collective_mape_pct")},
+    report = {"baseline": {k: baseline[k] for k in ("calibration_mape_pct", "collective_mape_pct",
+                                                     "mape_pct_by_kind")},
               "baseline_rows": baseline["rows"], "knobs": []}
     for knob in KNOBS:
         if args.knob and knob.key not in args.knob:
@@ -122,6 +138,7 @@ def main() -> None:
             "set_to": knob.default,
             "calibration_mape_pct": summary["calibration_mape_pct"],
             "collective_mape_pct": summary["collective_mape_pct"],
+            "mape_pct_by_kind": summary["mape_pct_by_kind"],
             "rows_changed": {i: summary["rows"][i]["error_pct"] for i in sorted(ids)},
             "rows_not_predicted": {i: summary["rows"][i]["reason"] for i in sorted(ids)
                                    if summary["rows"][i]["status"] != "ok"},

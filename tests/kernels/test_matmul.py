@@ -144,14 +144,17 @@ def test_weight_streaming_reads_each_weight_byte_once_and_keeps_dma_busy():
     ideal = 2 * (m * k + k * n + m * n)
     assert summary.dma_bytes < 1.05 * ideal
     roofline_ns = ideal / (16 * 17e9) * 1e9
-    assert result.total_ns < 1.4 * roofline_ns, (result.total_ns, roofline_ns)
+    # each DMA transfer also costs its engines `transfer_overhead_ns` (large transfers reach
+    # "close to 70%" of the DMA rate in the NKI performance guide's example)
+    assert result.total_ns < 1.6 * roofline_ns, (result.total_ns, roofline_ns)
 
 
 def test_compute_bound_matmul_keeps_tensor_engine_busy():
     m, k, n = 1024, 1024, 1024
     result = run(matmul, [ArraySpec((m, k), "bfloat16"), ArraySpec((k, n), "bfloat16")],
                  (m, n), "bfloat16", target="inf2")
-    assert result.profile.summary.engine_utilisation["tensor"] > 0.6
+    # (the first, small loads pay the DMA per-transfer overhead before TensorE can start)
+    assert result.profile.summary.engine_utilisation["tensor"] > 0.55
 
 
 def test_matmul_runs_on_trainium2(rng):
@@ -215,3 +218,16 @@ def test_transposed_sink_takes_blocks_narrower_than_m(rng):
 
     result = run(kernel, [xt], (m, n), "float32")
     np.testing.assert_array_equal(result.output, xt.T)
+
+
+def test_a_wide_linear_re_tiles_around_its_broadcast_bias():
+    """nn.Linear(4096, 16384) over 128 tokens runs on NeuronCore-v2: the [128, 16384] fp32 bias
+    broadcast holds 64 KiB per partition, so the weight streams in smaller blocks."""
+    torch = pytest.importorskip("torch")
+    import trnsim
+
+    with trnsim.empty_weights():
+        layer = torch.nn.Linear(4096, 16384).eval()
+    report = trnsim.trace(layer, (torch.zeros(1, 128, 4096),), instance="trn1.2xlarge").report()
+    weight_bytes = 4096 * 16384 * 2  # bf16 after auto-cast
+    assert report.latency_ms * 1e-3 > weight_bytes / (16 * 17e9)  # at most the DMA rate

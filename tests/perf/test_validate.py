@@ -53,8 +53,8 @@ def test_malformed_rows_are_reported_not_fatal(tmp_path):
     results = {r.id: r for r in v.validate(path)}
     assert all(r.status == "skipped" and r.predicted is None for r in results.values())
     assert "not a number" in results["not-a-number"].reason
-    assert "unknown kind" in results["odd-kind"].reason
-    assert "not a time" in results["not-time"].reason
+    assert "unknown kind 'power'" in results["odd-kind"].reason
+    assert "'GB/s' is not one model rows are predicted in" in results["not-time"].reason
     assert "llama-9000" in results["unknown-model"].reason
     assert "no kernel" in results["unknown-kernel"].reason
     assert "message size" in results["no-size"].reason
@@ -160,3 +160,123 @@ def _cli_json(argv):
         except SystemExit as stop:
             assert stop.code in (0, None)
     return json.loads(buffer.getvalue())
+
+
+def test_field_semantics_of_real_measurement_files():
+    assert v.leading_int({"seq": "128 (assumed)"}, "seq") == 128
+    assert v.leading_int({"seq": "224²"}, "seq") == 224
+    assert v.leading_int({"seq": "224x224"}, "seq") == 224
+    assert v.leading_int({"seq": ""}, "seq", 7) == 7
+    with pytest.raises(TrnsimError, match="seq 'long' does not start with a whole number"):
+        v.leading_int({"seq": "long"}, "seq")
+    # the dtype names the model's type; casting changes only when the text says so
+    assert v.auto_cast_of("") == (None, "bf16")
+    assert v.auto_cast_of("fp32") == (None, "bf16")  # inf1 keeps neuron-cc's default cast
+    assert v.auto_cast_of("fp32 with matmuls auto-cast to bf16") == ("matmult", "bf16")
+    assert v.auto_cast_of("fp32, matmuls auto-cast to fp16") == ("matmult", "fp16")
+    assert v.auto_cast_of("fp32 (--auto-cast none)") == ("none", "bf16")
+    assert v.auto_cast_of("fp32, no auto-cast") == ("none", "bf16")
+    assert v.auto_cast_of("bf16") == ("all", "bf16")
+    assert v.auto_cast_of("fp16") == ("all", "fp16")
+    assert v.auto_cast_of("fp32 --auto-cast all") == ("all", "bf16")
+
+
+def test_collective_rows_honour_nodes_and_a_named_algorithm():
+    base = {"name": "all-reduce", "instance": "trn1.32xlarge", "dtype": "fp32", "notes": "4MiB"}
+    assert v.collective_algorithm({**base, "notes": "the example shows the KangaRing "
+                                   "algorithm"}) == "kangaring"
+    assert v.collective_algorithm({**base, "algorithm": "ring"}) == "ring"
+    assert v.collective_algorithm({**base, "notes": "a fast algorithm"}) is None
+    one_host = v.predict_collective({**base, "cores": "32"})
+    two_hosts = v.predict_collective({**base, "cores": "32", "nodes": "2"})
+    assert two_hosts > one_host  # half the ranks per host, and EFA between them
+    ring = v.predict_collective({**base, "cores": "32", "algorithm": "ring"})
+    assert ring != v.predict_collective({**base, "cores": "32", "algorithm": "mesh"})
+
+
+def test_kinds_are_a_table_other_kinds_extend(tmp_path, monkeypatch):
+    path = write_csv(tmp_path / "t.csv", [
+        row("train", "training", "bert-large-uncased", "trn1.32xlarge", "3826.6", "seq/s"),
+        row("gen", "generation", "llama-2-7b", "inf2.48xlarge", "6.47", "ms"),
+    ])
+    results = {r.id: r for r in v.validate(path)}
+    assert results["train"].status == "skipped" and "not predicted yet" in results["train"].reason
+    monkeypatch.setitem(v.KINDS, "training", v.RowKind(
+        "training", lambda row: 2000.0, "seq/s", {"seq/s": 1.0, "seq/min": 60.0}))
+    results = {r.id: r for r in v.validate(path)}
+    assert results["train"].predicted == 2000.0
+    assert results["train"].error_pct == pytest.approx(100 * (2000 - 3826.6) / 3826.6)
+
+
+TINY_BERT = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 64,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128,
+             "vocab_size": 3000, "max_position_embeddings": 64}
+TINY_VIT = {"model_type": "vit", "architectures": ["ViTForImageClassification"],
+            "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 128, "image_size": 32, "patch_size": 16}
+
+
+def test_model_rows_name_configs_and_ignore_a_vision_rows_seq(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tiny-bert.json").write_text(json.dumps(TINY_BERT))
+    (tmp_path / "tiny-vit.json").write_text(json.dumps(TINY_VIT))
+    elsewhere = tmp_path / "configs" / "tiny-user"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "config.json").write_text(json.dumps(TINY_BERT))
+    path = write_csv(tmp_path / "m.csv", [
+        row("bert", "model", "tiny-bert.json", "inf2.xlarge", "0.2", "ms", batch="1",
+            seq="32 (assumed)"),
+        row("vit", "model", "tiny-vit.json", "inf2.xlarge", "0.2", "ms", batch="1", seq="224²"),
+        row("user", "model", "someone/tiny-user", "inf2.xlarge", "0.2", "ms", batch="1",
+            seq="32"),
+        row("bad-seq", "model", "tiny-bert.json", "inf2.xlarge", "0.2", "ms", seq="long"),
+    ])
+    results = {r.id: r for r in v.validate(path, configs=(str(elsewhere / "config.json"),))}
+    assert results["bert"].status == "ok" and results["bert"].predicted > 0
+    assert results["vit"].status == "ok" and results["vit"].predicted > 0
+    assert results["user"].predicted == pytest.approx(results["bert"].predicted)
+    assert results["bad-seq"].status == "skipped" and "seq 'long'" in results["bad-seq"].reason
+
+
+def test_names_resolve_against_the_offline_config_set():
+    from trnsim.errors import InvalidArgumentError, UnknownNameError
+    from trnsim.perf import zoo
+
+    assert zoo.zoo_model("roberta-base").family == "text"
+    assert zoo.zoo_model("electra-base").name == "electra-base-discriminator"
+    assert zoo.zoo_model("google/electra-base-discriminator").token_types
+    assert zoo.zoo_model("openai-community/gpt2-medium").family == "causal-lm"
+    assert zoo.zoo_model("microsoft/resnet-101").family == "vision"
+    assert zoo.zoo_model("bert-base-cased").name == "bert-base-cased"
+    # the zoo's own entries come first
+    assert zoo.zoo_model("google-bert/bert-large-uncased") is zoo.ZOO["bert-large-uncased"]
+    with pytest.raises(InvalidArgumentError, match="ambiguous"):
+        zoo.zoo_model("bert-base")
+    with pytest.raises(UnknownNameError, match="llama-9000"):
+        zoo.zoo_model("llama-9000")
+    fields = json.loads(zoo.shipped_configs()["gpt2-medium"].read_text())
+    assert (fields["n_embd"], fields["n_layer"], fields["n_head"]) == (1024, 24, 16)
+
+
+def test_the_tutorial_variants_are_named_by_rows():
+    from trnsim.kernels import tutorials
+
+    def named(text):
+        return tutorials.named_matmul(f"tiled matmul, {text} NKI tutorial kernel")
+
+    assert named("naive") is tutorials.matmul_naive
+    assert named("hoisted loads") is tutorials.matmul_hoisted
+    assert named("blocked free dimension") is tutorials.matmul_block_free_dim
+    assert named("fully optimized") is tutorials.matmul_optimized
+    assert tutorials.named_matmul("a fused softmax") is None
+
+
+def test_model_rows_compile_as_their_sdk_did():
+    row_ = {"source": "aws-neuron-sdk about-neuron/benchmarks/inf2 (SDK 2.26)"}
+    assert v.model_type_of(row_) == "transformer"  # torch-neuronx's default from 2.14
+    assert v.model_type_of({"source": "Neuron SDK 2.12 benchmark"}) == "generic"
+    assert v.model_type_of({"source": "a 2023 blog"}) is None  # no SDK: trnsim's default
+    assert v.model_type_of({"model_type": "generic", "source": "SDK 2.26"}) == "generic"
+    with pytest.raises(TrnsimError, match="model_type 'bert'"):
+        v.model_type_of({"model_type": "bert"})

@@ -25,6 +25,12 @@ def _engine_bytes_per_ns(spec) -> float:
     return spec.dma.bytes_per_s_per_engine / 1e9
 
 
+def _overhead(spec, nbytes: int, engines: int) -> float:
+    """The per-transfer overhead each engine pays, unless the transfer is large enough to hide it."""
+    small = nbytes < engines * spec.dma.ideal_transfer_bytes
+    return spec.dma.transfer_overhead_ns if small else 0.0
+
+
 def test_dma_bound_loop_runs_at_the_engines_bandwidth():
     spec = core("v2")
     count, row_bytes = 24, 8192
@@ -39,7 +45,8 @@ def test_dma_bound_loop_runs_at_the_engines_bandwidth():
     per_tile_bytes = 128 * row_bytes
     rate = spec.dma.engines * _engine_bytes_per_ns(spec) * _efficiency(spec, row_bytes)  # B/ns
     copy_latency = (row_bytes // 4 + 100 + 120) * 1e9 / spec.vector.clock_hz
-    expected = spec.dma.start_latency_ns + count * per_tile_bytes / rate + copy_latency
+    per_tile_ns = per_tile_bytes / rate + _overhead(spec, per_tile_bytes, 16)  # engines in parallel
+    expected = spec.dma.start_latency_ns + count * per_tile_ns + copy_latency
     assert profile.total_ns == pytest.approx(expected, rel=EXACT)
     summary = profile.summary
     assert summary.dma_bytes == count * per_tile_bytes
@@ -75,11 +82,31 @@ def test_small_transfers_per_partition_are_inefficient():
         tile = b.tile((128, row_bytes // 4), "float32")
         b.emit(DmaCopy(dst=tile, src=x.block()))
         profile = simulate(b.build(), mode="timing").profile
-        return (profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns) / (128 * row_bytes)
+        return (profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns
+                - _overhead(spec, 128 * row_bytes, 16)) / (128 * row_bytes)
 
     small, large = time_per_byte(512), time_per_byte(4096)
     assert small / large == pytest.approx(_efficiency(spec, 4096) / _efficiency(spec, 512), rel=EXACT)
     assert small / large > 1.3  # 512 B per partition runs at about 70% of the rate of 4 KiB
+
+
+def test_every_transfer_costs_its_engines_the_per_transfer_overhead():
+    """Many small DMAs take longer than one moving the same bytes (dma-bw-guide, perf-guide):
+    16 transfers of 2 KiB per engine each pay the overhead, one of 32 KiB per engine does not."""
+    spec = core("v2")
+    assert spec.dma.transfer_overhead_ns > 0
+
+    def total(pieces: int) -> float:
+        b = builder()
+        x = b.input("x", (128 * pieces, 1024), "float32")
+        tiles = [b.tile((128, 1024 // pieces), "float32") for _ in range(pieces)]
+        for i, tile in enumerate(tiles):  # the same bytes in `pieces` DMAs, one queue
+            b.emit(DmaCopy(dst=tile, src=x.block((128 * i, 0), (128, 1024 // pieces)), queue=0))
+        return simulate(b.build(), mode="timing").profile.total_ns
+
+    one, sixteen = total(1), total(16)
+    # 15 more transfers, each costing every engine the overhead (and its own descriptors)
+    assert sixteen - one >= 15 * spec.dma.transfer_overhead_ns
 
 
 def test_partitions_spread_over_engines_eight_each():
@@ -94,6 +121,7 @@ def test_partitions_spread_over_engines_eight_each():
         return profile.end_ns[0] - profile.start_ns[0] - spec.dma.start_latency_ns
 
     per_engine = 8 * 4096 / (_engine_bytes_per_ns(spec) * _efficiency(spec, 4096))
+    assert _overhead(spec, 8 * 4096, 1) == 0  # 32 KiB per engine: the overhead is hidden
     assert data_ns(8) == pytest.approx(per_engine, rel=EXACT)  # one engine
     assert data_ns(128) == pytest.approx(per_engine, rel=EXACT)  # 16 engines, 16x the bytes
     assert data_ns(64) == pytest.approx(per_engine, rel=EXACT)  # 8 engines
@@ -110,7 +138,8 @@ def _two_small_dmas(queues: tuple[int | None, int | None]):
 
 def test_a_queue_is_fifo_and_queues_run_concurrently():
     spec = core("v2")
-    one = 8 * 4096 / (_engine_bytes_per_ns(spec) * _efficiency(spec, 4096))
+    one = (8 * 4096 / (_engine_bytes_per_ns(spec) * _efficiency(spec, 4096))
+           + _overhead(spec, 8 * 4096, 1))
     latency = spec.dma.start_latency_ns
     apart = _two_small_dmas((0, 1))
     assert apart.total_ns == pytest.approx(latency + one, rel=EXACT)

@@ -147,10 +147,18 @@ def bench_command(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel degree: split each copy's "
                            "weights over this many NeuronCores (neuronx-distributed's "
                            "tp_degree), for models too large for one."),
+    config: list[str] = typer.Option(None, "--config", help="A Hugging Face config.json to "
+                                     "benchmark (repeatable); added to --models, or alone."),
+    model_type: str = typer.Option(
+        None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
+        "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
 ) -> None:
     from trnsim.perf import bench
+    from trnsim.perf.zoo import register_config
 
-    model_list = _split(models, bench.DEFAULT_MODELS)
+    configured = tuple(register_config(path) for path in config or ())
+    model_list = (_split(models, ()) + configured) if configured else _split(
+        models, bench.DEFAULT_MODELS)
     instance_list = _split(instances, bench.DEFAULT_INSTANCES)
     from trnsim import hardware
     from trnsim.perf.zoo import zoo_model
@@ -167,7 +175,8 @@ def bench_command(
     with steps("trnsim bench", total, quiet=as_json or as_csv) as progress:
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
                                    check_numerics=check_numerics, decode=decode,
-                                   progress=progress.step, lnc=lnc, tensor_parallel=tp)
+                                   progress=progress.step, lnc=lnc, tensor_parallel=tp,
+                                   model_type=model_type)
     if as_json:
         rows = [{k: row[k] for k in ("model", "batch", "seq", "decode", "speedup")}
                 for row in bench.comparison_rows(results, instance_list)]

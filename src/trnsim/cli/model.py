@@ -101,6 +101,9 @@ def compile_command(
     lnc: int = typer.Option(None, "--lnc", "--logical-nc-config",
                             help="trn2/trn3: physical cores per logical NeuronCore (1 or 2)"),
     as_json: bool = typer.Option(False, "--json", help="The report and the files written, as JSON."),
+    model_type: str = typer.Option(
+        None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
+        "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
 ) -> None:
     """Trace and compile a PyTorch model; save it (a directory of JSON + safetensors) and print
     its report and what was written."""
@@ -117,7 +120,7 @@ def compile_command(
     compiled = trnsim.trace(model, inputs, instance=instance, auto_cast=auto_cast,
                             auto_cast_type=auto_cast_type, cores=cores,
                             tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores,
-                            lnc=lnc)
+                            lnc=lnc, model_type=model_type)
     path = compiled.save(output)
     if as_json:
         files = artifact_files(path)

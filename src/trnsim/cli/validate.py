@@ -78,6 +78,12 @@ def validate_command(
     kinds: str = typer.Option(None, "--kinds", help="Comma-separated: model,kernel,collective"),
     wide: bool = typer.Option(False, "--wide", help="Show every column even if the terminal is "
                               "narrower."),
+    config: list[str] = typer.Option(None, "--config", help="A Hugging Face config.json that "
+                                     "model rows may name (by its name or file stem; "
+                                     "repeatable)."),
+    model_type: str = typer.Option(None, "--model-type", help="neuronx-cc --model-type for every "
+                                   "model row (default: per row, as the compiler of the row's "
+                                   "SDK did; see trnsim.perf.validate)"),
 ) -> None:
     """Predict every row of a measurements CSV; print measured, predicted (ms), error % and the
     mean absolute error per kind and over the model and kernel rows (the README's figure)."""
@@ -85,7 +91,9 @@ def validate_command(
 
     selected = tuple(k.strip() for k in (kinds or "").split(",") if k.strip()) or None
     with steps("trnsim validate", quiet=as_json) as progress:
-        results = validate(path, kinds=selected, progress=lambda row: progress.step(f"row {row}"))
+        results = validate(path, kinds=selected, configs=tuple(config or ()),
+                           model_type=model_type,
+                           progress=lambda row: progress.step(f"row {row}"))
     if as_json:
         data = summary(results)
         typer.echo(json.dumps({"rows": [r.to_dict() for r in results],

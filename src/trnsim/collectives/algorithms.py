@@ -5,11 +5,14 @@ name              schedule
 ================  ============================================================================
 ``ring``          one ring through every rank in snake order (`placement`); all-to-all: the
                   shifted pairwise exchange on that ring
-``kangaring``     trnsim's reading of KangaRing: the same ring run both ways at once, each
-                  direction carrying half of the data (the doc's two edge-disjoint cycles). The
-                  real KangaRing also lets one core per chip relay for its neighbour with
-                  duplicated writes, which saves HBM traffic; trnsim does not model HBM pressure
-                  of collectives, so that saving is not modelled
+``kangaring``     KangaRing as INTRANODE_DOC describes it: on every chip one rank is the
+                  primary of each cycle and its chip-mates are secondaries; only primaries form
+                  the ring (one hop per chip, not per rank), and a primary reads its
+                  secondaries' chunks and duplicates its writes to them within its own DMAs
+                  (a fused step: no latency, no port time). Each rank of a chip is primary of
+                  one cycle; the cycles alternate direction round the snake ring (edge-disjoint
+                  as directed links: the doc's non-overlapping cycles). Needs two or more chips
+                  with the same number (>= 2) of ranks each; otherwise the bidirectional ring
 ``rdh``           recursive halving (reduce-scatter) / doubling (all-gather) over hypercube
                   labels on the torus (power-of-two rank counts)
 ``mesh``          direct: one step per reduce-scatter or all-gather (every rank writes to every
@@ -83,9 +86,32 @@ def build(op: str, algorithm: str, n: int, machine: Machine, cores: Sequence[int
         inner, outer = level_algorithms or ("ring", "ring")
         plan = hier_plan(machine, cores, inner, outer)
         return build_grid_schedule(op, n, plan, "hier", detail=f"intra {inner}, inter {outer}")
-    plan = GridPlan(flat_coordinates(machine, cores, algorithm)[:, None], (ranks,),
-                    (Phase(0, _PHASE_OF[algorithm]),), channels=2 if algorithm == "kangaring" else 1)
+    plan = kangaring_plan(machine, cores) if algorithm == "kangaring" else None
+    if plan is None:
+        plan = GridPlan(flat_coordinates(machine, cores, algorithm)[:, None], (ranks,),
+                        (Phase(0, _PHASE_OF[algorithm]),),
+                        channels=2 if algorithm == "kangaring" else 1)
     return build_grid_schedule(op, n, plan, algorithm)
+
+
+def kangaring_plan(machine: Machine, cores: Sequence[int]) -> GridPlan | None:
+    """Axes (rank on its chip, chip on the ring): a fused exchange among a chip's ranks, then a
+    ring of primaries per on-chip index; None unless >= 2 chips hold >= 2 ranks each, equally."""
+    chip = machine.global_chip(np.asarray(cores))
+    _, chip_index, per_chip = np.unique(chip, return_inverse=True, return_counts=True)
+    chip_index = chip_index.reshape(-1)
+    if len(per_chip) < 2 or per_chip.min() < 2 or per_chip.min() != per_chip.max():
+        return None
+    position = machine.ring_positions(cores)
+    first = np.full(len(per_chip), np.iinfo(np.int64).max)
+    np.minimum.at(first, chip_index, position)
+    chip_on_ring = np.argsort(np.argsort(first))[chip_index]
+    order = np.lexsort((position, chip_index))
+    local = np.empty(len(cores), dtype=np.int64)
+    local[order] = np.arange(len(cores)) % int(per_chip[0])
+    values = np.column_stack([local, chip_on_ring])
+    return GridPlan(values, (int(per_chip[0]), len(per_chip)),
+                    (Phase(0, "mesh", fused=True), Phase(1, "altring")))
 
 
 def flat_coordinates(machine: Machine, cores: Sequence[int], algorithm: str) -> np.ndarray:

@@ -6,11 +6,13 @@ The timing model, event by event:
    collective issued earlier on any of its NeuronCores has been admitted (each core's collectives
    run in issue order), (b) each chip it uses has `cc_cores_per_rank` free CC-cores per rank of it
    there — a chip runs no more concurrent collective streams than it has CC-cores — and (c) each
-   of its cores admitted its previous collective at least `issue_interval_ns` ago.
-2. `launch_latency_ns` after admission the first step begins. A step first waits its latency —
-   `hop_latency_ns`, or `efa_latency_ns` if any of its transfers crosses nodes — then puts one
-   flow per transfer on the network; the step ends when its last flow has arrived, and the next
-   step begins (the algorithm's steps are synchronous). The collective ends with its last step.
+   of its cores admitted its previous collective at least `issue_interval_ns` ago
+   (`copy_issue_interval_ns` for a collective that does not reduce: `FabricSpec.interval_ns`).
+2. `launch_latency_ns` (`copy_launch_latency_ns`) after admission the first step begins. A
+   step first waits its latency — `hop_latency_ns`, or `efa_latency_ns` if any of its transfers
+   crosses nodes — then puts one flow per transfer on the network; the step ends when its last
+   flow has arrived, and the next step begins (the algorithm's steps are synchronous). The
+   collective ends with its last step.
 3. Flows of every running collective share the network max-min fairly (`network.py`); rates are
    recomputed whenever a flow starts or ends, so concurrent collectives slow each other exactly
    where their routes overlap.
@@ -195,7 +197,7 @@ class Fabric:
         if any(self._cc_free[chip] < need for chip, need in job.cc_need.items()):
             return None
         last = float(self._last_start[job.cores].max())
-        return max(job.issue_ns, last + self.spec.issue_interval_ns)
+        return max(job.issue_ns, last + self.spec.interval_ns(job.op))
 
     def _next_admission(self) -> float:
         times = [self._admissible_at(j) for j in self._pending]
@@ -215,7 +217,7 @@ class Fabric:
             job.start_ns = self.now_ns
             if job.start_ns > job.issue_ns:
                 self._record(job, "queued", "waiting for CC-cores", job.issue_ns, job.start_ns)
-            self._begin_step(job, self.now_ns + self.spec.launch_latency_ns)
+            self._begin_step(job, self.now_ns + self.spec.launch_ns(job.op))
             admitted = True
         return admitted
 
@@ -227,6 +229,10 @@ class Fabric:
             job.state, job.inject_at = "closing", at
             return
         step = steps[job.step]
+        if step.fused:  # rides on its neighbour's DMAs: no latency, no flows
+            job.step_routes, job.step_bytes = _EMPTY_I, _EMPTY_F
+            job.inject_at, job.state = at, "latency"
+            return
         src, dst = job.cores[step.src], job.cores[step.dst]
         remote = src != dst
         nbytes = step.count[remote] * job.dt.itemsize

@@ -38,7 +38,6 @@ _ALIASES.update({"allreduce": "all_reduce", "allgather": "all_gather",
                  "reducescatter": "reduce_scatter", "all2all": "all_to_all",
                  "send_recv": "sendrecv"})
 REDUCTIONS = ("sum", "max", "min")
-REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter"})
 POINT_TO_POINT = frozenset({"permute", "sendrecv"})
 
 

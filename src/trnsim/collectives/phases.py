@@ -21,6 +21,8 @@ coordinate q on this axis):
   starting after its owner, around the ring, the owner's value last. All-gather step s: p sends
   part p-s to p+1.
 - ``biring``: ring with odd channels going the other way.
+- ``altring``: ring whose groups alternate direction with the parity of their coordinate on the
+  plan's first axis (KangaRing's primaries: two cycles, one each way round the ring).
 - ``mesh``: one step. Reduce-scatter: every rank sends part q straight to rank q, which sums in
   the order own value, then sources at q-1, q-2, ... (mod D). All-gather: every rank sends its
   part to all others.
@@ -39,13 +41,14 @@ import numpy as np
 from trnsim.collectives.ops import segment_sizes
 from trnsim.collectives.schedule import RegionTable, Schedule, Step, csr_from_ranges, merge_steps
 
-PHASE_KINDS = ("ring", "biring", "mesh", "rdh")
+PHASE_KINDS = ("ring", "biring", "altring", "mesh", "rdh")
 
 
 @dataclass(frozen=True)
 class Phase:
     axis: int
     kind: str  # one of PHASE_KINDS
+    fused: bool = False  # its transfers ride on the next phase's DMAs (`schedule.Step.fused`)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class _GridBuilder:
         self.own = self.table.add(np.full(self.ranks, self.m), every_block)
         self.regions = self._phase_regions()
         self.elems = self.table.elems
+        self._fused = False
 
     def _phase_regions(self) -> list[_PhaseRegions]:
         out, fixed = [], []
@@ -117,26 +121,30 @@ class _GridBuilder:
         return self.rank_at[tuple(index.T)]
 
     def step(self, src: np.ndarray, dst: np.ndarray, region: np.ndarray, reduce: bool) -> Step:
-        return Step(src, dst, region, region, self.elems[region], reduce)
+        return Step(src, dst, region, region, self.elems[region], reduce, self._fused)
 
     def phase_steps(self, j: int, reduce: bool) -> list[Step]:
         phase = self.plan.phases[j]
-        kind_steps = {"ring": self._ring, "biring": self._ring, "mesh": self._mesh,
-                      "rdh": self._rdh}[phase.kind]
+        kind_steps = {"ring": self._ring, "biring": self._ring, "altring": self._ring,
+                      "mesh": self._mesh, "rdh": self._rdh}[phase.kind]
+        self._fused = phase.fused
         per_channel = [kind_steps(j, phase, c, reduce) for c in range(self.m)]
         return merge_steps(per_channel)
 
     def _ring(self, j: int, phase: Phase, channel: int, reduce: bool) -> list[Step]:
         d = self.plan.sizes[phase.axis]
         q = self.plan.coords[:, phase.axis]
-        forward = phase.kind == "ring" or channel % 2 == 0
-        pos = q if forward else d - 1 - q
-        dst = self.neighbour(phase.axis, (q + (1 if forward else -1)) % d)
+        if phase.kind == "altring":
+            forward = self.plan.coords[:, 0] % 2 == 0
+        else:
+            forward = np.full(self.ranks, phase.kind == "ring" or channel % 2 == 0)
+        pos = np.where(forward, q, d - 1 - q)
+        dst = self.neighbour(phase.axis, (q + np.where(forward, 1, -1)) % d)
         src = np.arange(self.ranks)
         steps = []
         for s in range(d - 1):
             owner_pos = (pos - s - 1) % d if reduce else (pos - s) % d
-            part = owner_pos if forward else d - 1 - owner_pos
+            part = np.where(forward, owner_pos, d - 1 - owner_pos)
             steps.append(self.step(src, dst, self.region(j, channel, part), reduce))
         return steps
 

@@ -29,6 +29,10 @@ class Step:
     dst_region: np.ndarray
     count: np.ndarray  # elements each transfer moves
     reduce: bool
+    # The transfers ride on a neighbouring step's DMAs (KangaRing: the primary reads its
+    # secondary's chunk in the same 3R1W transfer, and duplicates its writes to it): they happen
+    # on the arrays, but cost no step latency and no port or link time.
+    fused: bool = False
 
     def __len__(self) -> int:
         return len(self.src)
@@ -133,5 +137,5 @@ def merge_steps(parts: list[list[Step]]) -> list[Step]:
             continue
         merged.append(Step(*(np.concatenate([getattr(s, name) for s in pieces])
                              for name in ("src", "dst", "src_region", "dst_region", "count")),
-                           reduce=pieces[0].reduce))
+                           reduce=pieces[0].reduce, fused=pieces[0].fused))
     return merged

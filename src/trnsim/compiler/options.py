@@ -4,7 +4,10 @@ trnsim.trace's keyword arguments and the flags a torch-neuronx user already sets
 thing here. Precedence: explicit keyword arguments > NEURON_CC_FLAGS > the compiler's defaults:
 neuronx-cc's ``--auto-cast matmult --auto-cast-type bf16 -O2`` on Trainium and Inferentia2, and
 neuron-cc's ``--fast-math all`` (every fp32 operator cast to bf16) on Inferentia (inf1), whose
-``--fast-math`` / ``--fp32-cast`` values are read too. Flags trnsim does not model are listed in
+``--fast-math`` / ``--fp32-cast`` values are read too. ``--model-type`` defaults to
+``transformer``, what torch-neuronx has passed for every model since Neuron 2.14
+(release-notes/components/pytorch.rst, 09/15/2023); neuronx-cc's own default, ``generic``, does
+not fuse attention (`MODEL_TYPES`). Flags trnsim does not model are listed in
 `CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
 of a flag trnsim does model is an error.
 """
@@ -23,10 +26,17 @@ AUTO_CAST_MODES = ("none", "matmult", "all")
 AUTO_CAST_TYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "tfloat32",
                    "fp8_e4m3": "float8_e4m3"}
 OPT_LEVELS = (1, 2, 3)
+# neuronx-cc --model-type values and what each changes in trnsim's pipeline: ``transformer``
+# fuses attention (QK^T, scale, mask, softmax, PV in one kernel); ``generic`` (neuronx-cc's own
+# default, compiler/neuronx-cc/api-reference-guide) does not: the scores are a tensor between
+# separate matmul and softmax kernels. ``unet-inference`` is generic for everything trnsim models.
+MODEL_TYPES = ("generic", "transformer", "unet-inference")
+DEFAULT_MODEL_TYPE = "transformer"  # torch-neuronx's default flag since Neuron 2.14
+MODEL_TYPE_DEFAULT_SINCE_SDK = (2, 14)
 FLAGS_ENV = "NEURON_CC_FLAGS"
 
 # Flags neuronx-cc accepts that change nothing trnsim simulates (yet); kept, reported, ignored.
-_KNOWN_IGNORED = ("--model-type", "--distribution-strategy", "--enable-mixed-precision-accumulation",
+_KNOWN_IGNORED = ("--distribution-strategy", "--enable-mixed-precision-accumulation",
                   "--disable-mixed-precision-accumulation", "--enable-fast-context-switch",
                   "--enable-fast-loading-neuron-binaries", "--output", "--logfile", "--verbose",
                   "--target", "--framework", "--enable-saturate-infinity", "--retry_failed_compilation")
@@ -41,6 +51,7 @@ class CompileOptions:
     auto_cast: str | None = None  # None: the instance's compiler's default (`default_auto_cast`)
     auto_cast_type: str = "bf16"
     optlevel: int = 2
+    model_type: str = DEFAULT_MODEL_TYPE
     lnc: int | None = None
     # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
     # core's share of HBM, else the fewest of `cores` that hold it (see passes.memory)
@@ -59,6 +70,9 @@ class CompileOptions:
         if self.auto_cast_type not in AUTO_CAST_TYPES:
             raise InvalidArgumentError(f"auto_cast_type={self.auto_cast_type!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_TYPES)}")
+        if self.model_type not in MODEL_TYPES:
+            raise InvalidArgumentError(f"model_type={self.model_type!r}: expected one of "
+                                       f"{', '.join(MODEL_TYPES)}")
         if self.optlevel not in OPT_LEVELS:
             raise InvalidArgumentError(f"optlevel={self.optlevel!r}: expected 1, 2 or 3")
         if not isinstance(self.cores, int) or self.cores < 1:
@@ -75,6 +89,10 @@ class CompileOptions:
                                        f"divides cores={self.cores} (cores = copies x ranks)")
 
     @property
+    def fuses_attention(self) -> bool:
+        return self.model_type == "transformer"
+
+    @property
     def cast_dtype(self) -> str | None:
         """The trnsim dtype auto-cast converts fp32 to, or None when auto-cast is off."""
         return None if self.auto_cast == "none" else AUTO_CAST_TYPES[self.auto_cast_type]
@@ -83,6 +101,7 @@ class CompileOptions:
         """The fields that change the compiled result (for cache keys and reports)."""
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
                 "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc,
+                "model_type": self.model_type,
                 "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
 
 
@@ -168,6 +187,8 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
             fields[name] = _choice(value, tuple(AUTO_CAST_TYPES), flag)
         elif name == "optlevel":
             fields[name] = _optlevel(value, f"{flag} {value}")
+        elif name == "model_type":
+            fields[name] = _choice(value, MODEL_TYPES, flag)
         elif name == "lnc":
             fields[name] = _int_choice(value, (1, 2), flag)
         elif name == "pipeline_cores":
@@ -197,7 +218,7 @@ def _fast_math(values: list[str], ignored: list[str]) -> dict[str, str]:
 _CANONICAL = {"--auto-cast": "auto_cast", "--auto-cast-type": "auto_cast_type",
               "-O": "optlevel", "--optlevel": "optlevel", "-lnc": "lnc", "--lnc": "lnc",
               "--logical-nc-config": "lnc", "--neuroncore-pipeline-cores": "pipeline_cores",
-              "--fp32-cast": "fp32_cast"}
+              "--fp32-cast": "fp32_cast", "--model-type": "model_type"}
 
 
 def _choice(value: str, allowed: tuple[str, ...], flag: str) -> str:

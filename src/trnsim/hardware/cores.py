@@ -79,6 +79,9 @@ class InstructionCosts(Spec):
     measured_scalar_chain_cycles: int = 264  # a validation point, not a parameter
 
 
+DGE_INSTRUCTION_NS = 600.0  # nki-dge: ~600 ns per hardware-DGE instruction (NC-v3)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DmaSpec(Spec):
     """DMA engines of one NeuronCore."""
@@ -88,7 +91,7 @@ class DmaSpec(Spec):
     bytes_per_s_per_engine: float
     partitions_per_engine: int = 8
     start_latency_ns: float = 1300.0  # semaphore to first byte
-    dge_instruction_ns: float = 600.0  # per hardware-DGE instruction
+    dge_instruction_ns: float = DGE_INSTRUCTION_NS  # per hardware-DGE instruction
     hw_dge_instances: int = 0  # descriptor-generation engines (v3+: 2)
     efficient_bytes_per_partition: int = 2048  # below this a transfer is inefficient
     saturating_bytes_per_partition: int = 4096
@@ -97,6 +100,14 @@ class DmaSpec(Spec):
     # bandwidth. The DMA guide says transfers are efficient from 2 KiB per partition and saturate
     # from 4 KiB (dma-bw-guide): 256 B gives 89% at 2 KiB, 94% at 4 KiB and 67% at 512 B.
     descriptor_overhead_bytes: int = 256
+    # Engine time each DMA transfer costs every engine it runs on, on top of its data and its
+    # buffers' descriptor overheads: the per-transfer overhead the architecture guide names
+    # ("some performance overhead at both DMA buffer and transfer levels"; an engine "can
+    # process one DMA transfer at a time"). 0 where trnsim has no figure for it. Transfers of at
+    # least `ideal_transfer_bytes` per engine hide it: the performance guide's "transfer size ...
+    # larger than 32KiB to achieve ideal bandwidth" (16 transfers of 32 KiB: "the ideal size").
+    transfer_overhead_ns: float = 0.0
+    ideal_transfer_bytes: int = 32 * 1024
     transpose_efficiency_hbm_to_sbuf: float | None = None  # v3+: up to 90% of DMA throughput
     transpose_efficiency_sbuf_to_sbuf: float | None = None  # v3+: 50%
 
@@ -238,9 +249,19 @@ NC_V2 = CoreSpec(
     port_conflicts=(("vector", "gpsimd", "sbuf"), ("vector", "scalar", "psum")),
     dma=DmaSpec(
         bytes_per_s_per_engine=17e9,
+        transfer_overhead_ns=DGE_INSTRUCTION_NS,
         sources=cite(bytes_per_s_per_engine="dma-overview (17 B/ns per engine, 272 GB/s per NC)",
                      start_latency_ns="dma-bw-guide", dge_instruction_ns="dge",
-                     efficient_bytes_per_partition="dma-bw-guide"),
+                     efficient_bytes_per_partition="dma-bw-guide",
+                     ideal_transfer_bytes="perf-guide (Opt #9: transfers larger than 32 KiB "
+                                          "reach ideal bandwidth on Trainium/Inferentia2)",
+                     transfer_overhead_ns=f"{ASSUMPTION}: the overhead per DMA transfer on each "
+                     "engine (arch-trn1: overheads 'at both DMA buffer and transfer levels'; "
+                     "dma-bw-guide: 'every DMA transfer incurs descriptor setup, "
+                     "synchronization ...'; perf-guide: DMA engine 'empty gaps (due to DMA "
+                     "overhead)', large transfers 'close to 70% DMA throughput utilization') is "
+                     "not quantified for NC-v2; taken as the one per-transfer figure AWS gives, "
+                     "NC-v3's ~600 ns per DGE instruction (dge)"),
         alternatives=(
             Alternative("bytes_per_s_per_engine", 27.2e9, "B/s", "dma-overview",
                         "the same page quotes 27.2 GB/s theoretical for v2/v3"),

@@ -13,6 +13,14 @@ Two are calibrated, from the project's calibration data only:
 
 The 1 MiB row (68 us) is not used, so it stays a prediction.
 
+That 58 us floor is a reducing collective's (all-reduce; reduce-scatter is taken to be alike).
+Collectives that only copy (all-gather, all-to-all, permute, send/recv) start much sooner: the
+same page's 8-rank all-gather (``--stats`` example) takes 10 us (p50) at 1 KiB, and the runtime
+docs put the fixed cost of a collective at "10^0 to 10^1 us" (INTRANODE_DOC). So copying
+collectives have their own floor, `copy_issue_interval_ns` = 10 us, and launch latency (the
+floor minus the one step of a mesh all-gather). The 512 KiB point of that example is a
+calibration row, so it stays a prediction.
+
 How the collectives layer uses them (see `trnsim.collectives`):
 - a rank (a logical NeuronCore) sends and receives collective data through a port of
   `rank_port_bytes_per_s(lnc)` per direction, on-chip and off-chip alike;
@@ -47,6 +55,9 @@ _TRN1_FLOOR_US = 58.0  # neuron-interfaces.md: "a 58 us floor up to 64 KiB"
 _TRN1_1GIB_US = 18930.0  # measurements.csv nccom-allreduce-2r-1GiB
 _HOP_LATENCY_NS = 2000.0  # "about 1-2 us (HBM load dependent)": the busy-HBM end
 _RING_ALL_REDUCE_HOPS_2_RANKS = 2  # 2(r-1) steps
+_TRN1_COPY_FLOOR_US = 10.0  # nccom-test doc, 8-rank fp32 all-gather at 1 KiB: p50 10 us
+_MESH_ALL_GATHER_HOPS = 1  # one step
+REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter"})  # collectives that reduce
 
 
 def _slope_bytes_per_s() -> float:
@@ -77,7 +88,17 @@ class FabricSpec(Spec):
     # A rank's CC stream admits at most one collective per interval; back-to-back collectives
     # (nccom-test's iterations) are paced by it, so small ones cost this much each.
     issue_interval_ns: float
+    # The same two for collectives that only copy (no reduction): all-gather, all-to-all,
+    # permute, send/recv.
+    copy_launch_latency_ns: float
+    copy_issue_interval_ns: float
     cc_cores_per_rank: int = 1
+
+    def launch_ns(self, op: str) -> float:
+        return self.launch_latency_ns if op in REDUCING_OPS else self.copy_launch_latency_ns
+
+    def interval_ns(self, op: str) -> float:
+        return self.issue_interval_ns if op in REDUCING_OPS else self.copy_issue_interval_ns
 
     def rank_port_bytes_per_s(self, lnc: int = 1) -> float:
         """Per-direction collective bandwidth of one rank (a logical core of `lnc` physical ones)."""
@@ -90,7 +111,8 @@ _EFA_TRN2 = (f"{COLLECTIVES_DOC}: ib_write_lat, 15 us HBM to HBM between Trn2 se
 _TRN1_SOURCES = cite(
     hop_latency_ns=f"{INTRANODE_DOC} (per-hop latency of Ring/KangaRing about 1-2 us, HBM load "
                    "dependent; the upper end is used)",
-    efa_latency_ns=f"{ASSUMPTION}: as measured between Trn2 servers ({_EFA_TRN2})",
+    efa_latency_ns=f"{INTERNODE_DOC}: the per-hop (point-to-point) latency between nodes is "
+                   f"~15 us; {COLLECTIVES_DOC}: ib_write_lat HBM to HBM 15 us between Trn2 servers",
     collective_bytes_per_s_per_core="calibrated: measurements.csv nccom-allreduce-2r-1GiB "
                                     "(18,930 us) minus the 58 us floor",
     launch_latency_ns=f"calibrated: the 58 us floor ({NCCOM_DOC}, via neuron-interfaces.md) minus "
@@ -99,6 +121,10 @@ _TRN1_SOURCES = cite(
                       f"{ASSUMPTION}: the floor is a per-collective issue cost that overlaps the "
                       "previous collective's data movement (the curve rises slower than its "
                       "large-size slope between 64 KiB and 4 MiB)",
+    copy_launch_latency_ns=f"calibrated: {NCCOM_DOC}, 8-rank all-gather p50 10 us at 1 KiB, "
+                           "minus one hop (a mesh all-gather's one step)",
+    copy_issue_interval_ns=f"calibrated: {NCCOM_DOC}, 8-rank all-gather p50 10 us at 1 KiB "
+                           f"(INTRANODE_DOC: a collective's latency term is 10^0 to 10^1 us)",
     cc_cores_per_rank=f"{ASSUMPTION}: each rank's share of a collective is driven by one CC-core "
                       f"({COLLECTIVES_DOC}: CC-cores orchestrate each NeuronCore's collectives)",
 )
@@ -110,6 +136,8 @@ TRAINIUM_FABRIC = FabricSpec(
     collective_bytes_per_s_per_core=TRN1_COLLECTIVE_BYTES_PER_S_PER_CORE,
     launch_latency_ns=TRN1_LAUNCH_LATENCY_NS,
     issue_interval_ns=_TRN1_FLOOR_US * 1e3,
+    copy_launch_latency_ns=_TRN1_COPY_FLOOR_US * 1e3 - _MESH_ALL_GATHER_HOPS * _HOP_LATENCY_NS,
+    copy_issue_interval_ns=_TRN1_COPY_FLOOR_US * 1e3,
     sources=_TRN1_SOURCES,
 )
 
@@ -126,6 +154,8 @@ def _later_generation(chip: str, core_dma_bytes_per_s: float, efa_source: str) -
         f"{ASSUMPTION}: trn1's calibrated figure x this core's DMA bandwidth / NeuronCore-v2's")
     sources["launch_latency_ns"] = f"{ASSUMPTION}: as calibrated on trn1"
     sources["issue_interval_ns"] = f"{ASSUMPTION}: as calibrated on trn1"
+    sources["copy_launch_latency_ns"] = f"{ASSUMPTION}: as calibrated on trn1"
+    sources["copy_issue_interval_ns"] = f"{ASSUMPTION}: as calibrated on trn1"
     return replace(TRAINIUM_FABRIC, chip=chip,
                    collective_bytes_per_s_per_core=_scaled_bandwidth(core_dma_bytes_per_s),
                    sources=cite(**sources))

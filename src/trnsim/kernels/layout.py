@@ -42,6 +42,8 @@ BANK_FP32 = 512  # fp32 elements per partition in one PSUM bank (2 KiB); TensorE
 # SBUF bytes per partition a kernel leaves outside its operand buffers, for staging, evictions
 # and the next kernel's prefetch; operands get the rest (128 KiB of NeuronCore-v2's 176 usable).
 KERNEL_HEADROOM_BYTES = 48 * 1024
+# A broadcast bias row is staged through SBUF this many fp32 columns (16 KiB) at a time.
+ROW_STAGE_COLUMNS = 4096
 # A DMA moves one descriptor per contiguous run; runs of at least this many bytes per partition
 # keep the engines above ~90% of their rate (hardware.md section 6, fact 7).
 EFFICIENT_RUN_BYTES = 4096
@@ -223,16 +225,19 @@ def broadcast_row(vector: Tile, evictor: Evictor) -> Tile:
     One small DMA, then ones[1, 128]^T @ row[1, 512] on TensorE per 512 columns (fp32, exact):
     cheaper than a 128x larger partition-broadcast DMA, which would compete with the weights."""
     n = vector.shape[0]
-    row = nl.ndarray((1, n), dtype=nl.float32, buffer=nl.sbuf)
-    row[...] = nl.load(as_matrix(vector))
     ones = nl.ndarray((1, P), dtype=nl.float32, buffer=nl.sbuf)
     ones[...] = nisa.memset((1, P), 1.0, nl.float32)
     rows = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.sbuf)
-    for i in nl.affine_range(ceil_div(n, BANK_FP32)):
-        c0, cw = i * BANK_FP32, min(BANK_FP32, n - i * BANK_FP32)
-        ps = nl.ndarray((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
-        ps[:, 0:cw] = nisa.nc_matmul(ones, row[:, c0:c0 + cw])
-        evictor.copy(rows[:, c0:c0 + cw], ps[:, 0:cw])
+    matrix = as_matrix(vector)
+    row = nl.ndarray((1, min(n, ROW_STAGE_COLUMNS)), dtype=nl.float32, buffer=nl.sbuf)
+    for s0 in range(0, n, ROW_STAGE_COLUMNS):  # one staging DMA per piece: SBUF stays small
+        sw = min(ROW_STAGE_COLUMNS, n - s0)
+        row[:, 0:sw] = nl.load(matrix[:, s0:s0 + sw])
+        for i in nl.affine_range(ceil_div(sw, BANK_FP32)):
+            c0, cw = i * BANK_FP32, min(BANK_FP32, sw - i * BANK_FP32)
+            ps = nl.ndarray((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+            ps[:, 0:cw] = nisa.nc_matmul(ones, row[:, c0:c0 + cw])
+            evictor.copy(rows[:, s0 + c0:s0 + c0 + cw], ps[:, 0:cw])
     return rows
 
 

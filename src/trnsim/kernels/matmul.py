@@ -81,6 +81,8 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
         if bias is not None:
             bias_tile = (bias_columns(bias, evictor) if transposed
                          else broadcast_row(bias, evictor))
+        reserved = bias_tile.dtype_spec.itemsize * bias_tile.shape[-1] if bias_tile is not None \
+            else 0
         for out2d, a2d, b2d, extras2d in problems:
             with kernel_scope("matmul problem"):
                 if transposed:
@@ -94,14 +96,17 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
                 out_bytes = out2d.dtype_spec.itemsize
                 try:
                     engine = Engine(lhs, rhs, sink, compute_dtype=compute_dtype,
-                                    max_acc_banks=banks, evictor=evictor, out_bytes=out_bytes)
+                                    max_acc_banks=banks, evictor=evictor, out_bytes=out_bytes,
+                                    reserved_bytes=reserved)
                 except NeedsKMajor:  # rows too long, or re-streamed: transpose them in HBM once
                     lhs, rhs = _k_major(lhs), _k_major(rhs)
                     engine = Engine(lhs, rhs, sink, compute_dtype=compute_dtype,
-                                    max_acc_banks=banks, evictor=evictor, out_bytes=out_bytes)
+                                    max_acc_banks=banks, evictor=evictor, out_bytes=out_bytes,
+                                    reserved_bytes=reserved)
                 if banks == 4 and _streams_rows(engine):
                     engine = Engine(lhs, rhs, sink, compute_dtype=compute_dtype, max_acc_banks=2,
-                                    evictor=evictor, out_bytes=out_bytes)
+                                    evictor=evictor, out_bytes=out_bytes,
+                                    reserved_bytes=reserved)
                 engine.run()
                 sink.finish()
         for target, staged in pending:

@@ -77,7 +77,9 @@ class Engine:
 
     def __init__(self, lhs: Operand, rhs: Operand, sink: Sink, *, compute_dtype,
                  max_acc_banks: int = 2, evictor: Evictor | None = None,
-                 out_bytes: int = 4) -> None:
+                 out_bytes: int = 4, reserved_bytes: int = 0) -> None:
+        """`reserved_bytes`: SBUF bytes per partition the caller holds for the whole kernel
+        (a broadcast bias): the plan's operand buffers shrink (smaller blocks) to leave them."""
         if lhs.k != rhs.k:
             raise ValueError(f"contraction sizes differ: {lhs.k} vs {rhs.k}")
         self.lhs, self.rhs, self.sink = lhs, rhs, sink
@@ -91,7 +93,7 @@ class Engine:
         core = core_of_trace()
         self.plan = choose_plan(self.rows, self.cols, self.k, lhs, rhs, self.compute_bytes,
                                 max_acc_banks, self._compute_bound(core, out_bytes),
-                                operand_budget_bytes(core))
+                                operand_budget_bytes(core) - reserved_bytes)
         self.tiling = KTiling(self.k, self.plan.interleave)
 
     def _compute_bound(self, core, out_bytes: int) -> bool:

@@ -206,7 +206,10 @@ def _stream_shape(operand: Operand, kt: int, acc_columns: int, compute_bytes: in
         chunked = min(MAX_BLOCK, (K_STREAM_BANKS * BANK_FP32 // acc_columns) * tile_width)
     if chunked > whole and kt > 1:
         block = min(chunked, round_up(width, tile_width))
-        return block, max(1, min(kt, DMA_PIECE_BYTES * 4 // (block * compute_bytes)))
+        # K tiles per buffer: a DMA-sized piece, but two buffers (the ring) within the budget
+        fit = budget // (2 * block * compute_bytes)
+        if fit >= 1:
+            return block, max(1, min(kt, DMA_PIECE_BYTES * 4 // (block * compute_bytes), fit))
     return min(whole, round_up(width, P)), kt
 
 

@@ -97,7 +97,7 @@ def build_model(name: str, *, initialise: bool):
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
              decode: bool = False, lnc: int | None = None,
-             tensor_parallel: int = 1) -> BenchResult:
+             tensor_parallel: int = 1, model_type: str | None = None) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached).
     `decode`: one generated token per sequence after `seq` cached tokens. `lnc`: the logical
@@ -118,7 +118,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
                      auto_cast_type=auto_cast_type,
                      lnc=lnc if lnc in spec.chip.lnc_options else None,
-                     tensor_parallel=tensor_parallel if tensor_parallel > 1 else None)
+                     tensor_parallel=tensor_parallel if tensor_parallel > 1 else None,
+                     model_type=model_type)
     report = compiled.report()
     result = BenchResult(model=name, batch=batch, seq=seq, instance=spec.name,
                          auto_cast=compiled.options["auto_cast"],
@@ -155,16 +156,18 @@ def _numerics(compiled, model, inputs) -> dict:
 
 
 def model_latency_ms(name: str, instance: str, batch: int, seq: int | None,
-                     auto_cast: str | None = None, auto_cast_type: str = "bf16") -> float:
+                     auto_cast: str | None = None, auto_cast_type: str = "bf16",
+                     model_type: str | None = None) -> float:
     return run_case(name, batch, seq, instance, auto_cast=auto_cast,
-                    auto_cast_type=auto_cast_type).latency_ms
+                    auto_cast_type=auto_cast_type, model_type=model_type).latency_ms
 
 
 def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAULT_BATCHES,
                seqs: dict[str, int] | int | None = None, *, auto_cast: str | None = None,
                auto_cast_type: str = "bf16", check_numerics: bool = False, decode: bool = False,
                progress: Callable[[str], None] | None = None,
-               lnc: int | None = None, tensor_parallel: int = 1) -> list[BenchResult]:
+               lnc: int | None = None, tensor_parallel: int = 1,
+               model_type: str | None = None) -> list[BenchResult]:
     results = []
     entries = [zoo_model(name) for name in models]
     if decode:  # refuse an encoder before compiling anything
@@ -185,5 +188,6 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                                         auto_cast_type=auto_cast_type,
                                         check_numerics=check_numerics, model=model,
                                         decode=decode, lnc=lnc,
-                                        tensor_parallel=tensor_parallel))
+                                        tensor_parallel=tensor_parallel,
+                                        model_type=model_type))
     return results

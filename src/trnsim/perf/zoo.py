@@ -4,15 +4,30 @@ Nothing is downloaded: each entry spells out the Hugging Face config of the chec
 (the shapes are what matter for timing), builds the model with random weights and makes example
 inputs like the published runs fed (token ids plus attention mask and token types, padded to the
 sequence length; images for the vision models).
+
+A name resolves (`zoo_model`) against, in order: the entries below; the offline set of popular
+checkpoints' ``config.json`` fields shipped in ``perf/data/configs`` (file ``org--name.json``,
+written from the published architecture hyper-parameters); and config files a user names
+(`register_config`, ``--config path/to/config.json``; a name that is a path to a ``.json`` file
+is one). An organisation prefix (``google/``) and a parenthesised remark are ignored, case does
+not matter, and a unique prefix up to a dash picks its checkpoint (``electra-base`` ->
+``electra-base-discriminator``). A config's ``architectures[0]`` decides the model: a causal LM
+(``...ForCausalLM``, ``...LMHeadModel``) is built with its LM head, every other model as the
+base model of its ``model_type`` (what the encoder and vision entries below build). Only
+transformers' own classes are used: loading a config never runs code it names.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
-from trnsim.errors import UnknownNameError
+from trnsim.errors import InvalidArgumentError, UnknownNameError
 
 
 @dataclass(frozen=True)
@@ -21,6 +36,8 @@ class ZooEntry:
     family: str  # "text", "causal-lm" (text that can also be timed per generated token) or "vision"
     build: Callable[[], object]  # -> an eval-mode torch.nn.Module
     default_seq: int = 128
+    token_types: bool | None = None  # feeds token_type_ids; None: BERT and ELECTRA by name
+    image_size: int = 224
 
     def require_causal_lm(self) -> None:
         """Refuse, by name, a model that has no token-generation step."""
@@ -44,10 +61,13 @@ class ZooEntry:
         seq = seq or self.default_seq
         generator = torch.Generator().manual_seed(0)
         if self.family == "vision":
-            return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=generator)}
+            size = self.image_size
+            return {"pixel_values": torch.randn(batch, 3, size, size, generator=generator)}
         ids = torch.randint(1000, 2000, (batch, seq), generator=generator)
         inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
-        if self.name.startswith(("bert", "electra")):
+        token_types = (self.name.startswith(("bert", "electra")) if self.token_types is None
+                       else self.token_types)
+        if token_types:
             inputs["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
         return inputs
 
@@ -122,8 +142,115 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
 )}
 
 
-def zoo_model(name: str) -> ZooEntry:
+VISION_MODEL_TYPES = frozenset({"vit", "deit", "beit", "dinov2", "resnet", "convnext",
+                                "convnextv2", "swin", "regnet", "mobilenet_v2", "levit",
+                                "poolformer", "segformer", "yolos"})
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+_USER_CONFIGS: dict[str, Path] = {}
+
+
+def _config_dir() -> Path:
+    return Path(str(resources.files("trnsim.perf") / "data" / "configs"))
+
+
+def _key(name: str) -> str:
+    """Lower case, without an organisation prefix or a parenthesised remark."""
+    name = re.sub(r"\s*\(.*\)\s*$", "", name.strip())
+    return name.rsplit("/", 1)[-1].lower()
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The offline config set: checkpoint name (lower case, no organisation) -> file."""
+    out = {}
+    for path in sorted(_config_dir().glob("*.json")):
+        out[path.stem.rsplit("--", 1)[-1].lower()] = path
+    return out
+
+
+def register_config(path: str | Path) -> str:
+    """Make a user's Hugging Face ``config.json`` resolvable; returns the name it answers to
+    (its ``_name_or_path`` without organisation, else the file's stem, else its directory's
+    name when the file is called config.json)."""
+    path = Path(path)
+    fields = read_config(path)
+    stem = path.parent.name if path.stem == "config" else path.stem
+    name = _key(str(fields.get("_name_or_path") or stem))
+    _USER_CONFIGS[name] = path
+    _USER_CONFIGS[_key(stem)] = path
+    return name
+
+
+def read_config(path: str | Path) -> dict:
+    """A config.json as a dict (JSON only; never code)."""
     try:
-        return ZOO[name.strip().lower()]
-    except KeyError:
-        raise UnknownNameError("benchmark model", name, ZOO) from None
+        with open(path) as handle:
+            fields = json.load(handle)
+    except OSError as error:
+        raise InvalidArgumentError(f"cannot read model config {str(path)!r}: "
+                                   f"{error.strerror or error}") from None
+    except json.JSONDecodeError as error:
+        raise InvalidArgumentError(f"model config {str(path)!r} is not JSON: {error}") from None
+    if not isinstance(fields, dict) or "model_type" not in fields:
+        raise InvalidArgumentError(f"model config {str(path)!r} has no 'model_type' (a Hugging "
+                                   "Face config.json names its model_type)")
+    return fields
+
+
+def config_entry(path: str | Path, name: str | None = None) -> ZooEntry:
+    """A zoo entry built from a Hugging Face config.json (module docstring)."""
+    fields = read_config(path)
+    model_type = str(fields["model_type"])
+    arch = (fields.get("architectures") or [""])[0]
+    causal = arch.endswith(_CAUSAL_SUFFIXES)
+    family = ("vision" if model_type in VISION_MODEL_TYPES
+              else "causal-lm" if causal else "text")
+    image = fields.get("image_size", 224)
+    return ZooEntry(name or _key(str(fields.get("_name_or_path") or Path(path).stem)), family,
+                    _from_config(fields, arch if causal else None),
+                    token_types=int(fields.get("type_vocab_size") or 0) > 1,
+                    image_size=int(image[0] if isinstance(image, list) else image))
+
+
+def _from_config(fields: dict, causal_class: str | None):
+    def build():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        kwargs = {k: v for k, v in fields.items()
+                  if not k.startswith("_") and k not in ("architectures", "model_type")}
+        try:
+            cfg = transformers.AutoConfig.for_model(fields["model_type"], **kwargs)
+        except ValueError as error:
+            raise InvalidArgumentError(f"config: {error}") from None
+        if causal_class is None:
+            return transformers.AutoModel.from_config(cfg).eval()
+        cls = getattr(transformers, causal_class, None)
+        if not isinstance(cls, type) or not issubclass(cls, transformers.PreTrainedModel):
+            raise InvalidArgumentError(f"config names architecture {causal_class!r}, which is not "
+                                       "a transformers model class")
+        return cls(cfg).eval()
+    return build
+
+
+def zoo_model(name: str) -> ZooEntry:
+    """The entry a model name (or a path to a config.json) resolves to (module docstring)."""
+    text = name.strip()
+    if text.lower().endswith(".json"):
+        if not Path(text).is_file():
+            raise InvalidArgumentError(f"model config {text!r} not found")
+        return config_entry(text)
+    key = _key(text)
+    if key in ZOO:
+        return ZOO[key]
+    configs = {**shipped_configs(), **_USER_CONFIGS}
+    if key in configs:
+        return config_entry(configs[key], key)
+    prefixed = [k for k in configs if k.startswith(key + "-")]
+    if len(prefixed) == 1:
+        return config_entry(configs[prefixed[0]], prefixed[0])
+    if prefixed:
+        raise InvalidArgumentError(f"model name {name!r} is ambiguous: "
+                                   f"{', '.join(sorted(prefixed))}")
+    raise UnknownNameError("benchmark model", name, [*ZOO, *configs])

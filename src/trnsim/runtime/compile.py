@@ -28,11 +28,13 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
           auto_cast: str | None = None, auto_cast_type: str | None = None,
           optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
           dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None,
-          tensor_parallel: int | None = None, pipeline_cores: int | None = None) -> CompiledModel:
+          tensor_parallel: int | None = None, pipeline_cores: int | None = None,
+          model_type: str | None = None) -> CompiledModel:
     """Compile `model` for `instance` (torch_neuronx.trace semantics; see trnsim.compiler).
 
     auto_cast / auto_cast_type / optlevel default to NEURON_CC_FLAGS, else neuronx-cc's defaults
-    (matmult, bf16, -O2). The model uses `cores` NeuronCores of the visible ones
+    (matmult, bf16, -O2); model_type (neuronx-cc's --model-type) to NEURON_CC_FLAGS, else
+    ``transformer`` (torch-neuronx's default). The model uses `cores` NeuronCores of the visible ones
     (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES): copies of it for throughput (data
     parallel), each copy split over `tensor_parallel` cores. By default a copy takes one core
     if the model fits that core's share of HBM, else the fewest of `cores` that hold it;
@@ -48,7 +50,7 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     options = options_from_env(instance=spec.name, cores=cores, auto_cast=auto_cast,
                                auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
                                dump_after=dump_after or None, tensor_parallel=tensor_parallel,
-                               pipeline_cores=pipeline_cores)
+                               pipeline_cores=pipeline_cores, model_type=model_type)
     if options.cores == 1 and (options.pipeline_cores or 1) > 1:  # asked in NEURON_CC_FLAGS
         options = replace(options, cores=options.pipeline_cores)
     physical_cores(options, spec)  # an LNC the chip does not have is an error, before capture

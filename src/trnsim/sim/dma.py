@@ -14,9 +14,12 @@ The model (hardware.md section 6, fact 7; numbers from `CoreSpec.dma` and `ChipS
   ``min(engines, ceil(P / partitions_per_engine))`` engines (8 partitions per engine), each at
   ``bytes_per_s_per_engine``. Its engine-time is `DmaTransfer.engine_ns`, which charges each
   contiguous chunk a descriptor overhead, so transfers under 2 KiB per partition are
-  inefficient. The core's engines are one pool: at any moment the transfers in flight share the
-  16 engines, each using at most its own spread; a transfer booked earlier in program order
-  keeps the engines it was given (first come, first served; see `trnsim.sim.resources`).
+  inefficient, plus ``transfer_overhead_ns`` on each engine it uses when it moves less than
+  ``ideal_transfer_bytes`` (32 KiB) per engine (the per-transfer overhead: many small DMAs cost
+  more than one large one moving the same bytes). The core's engines are
+  one pool: at any moment the transfers in flight share the 16 engines, each using at most its
+  own spread; a transfer booked earlier in program order keeps the engines it was given (first
+  come, first served; see `trnsim.sim.resources`).
 - **HBM.** Every byte a DMA reads or writes in HBM also uses the chip's HBM bandwidth
   (``ChipSpec.memory_bytes_per_s``), shared by all cores of the chip; SBUF-to-SBUF DMAs use
   none. When the DMA engines of the simulated cores cannot exceed it together (one Trainium core:

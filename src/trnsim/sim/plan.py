@@ -240,6 +240,8 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     engines = min(dma.engines, max(1, -(-partitions // dma.partitions_per_engine)))
     hbm_bytes = plan.hbm_read + plan.hbm_write
     work = max(float(work), 0.0)
+    if work > 0 and plan.nbytes < engines * dma.ideal_transfer_bytes:
+        work += engines * dma.transfer_overhead_ns  # a small transfer: its overhead shows
     in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
                 and _in_place(reads, writes, on_chip, core.partitions))
     return DmaPlan(0.0 if in_place else work, engines,

@@ -16,6 +16,7 @@ from trnsim.compiler.ir import Graph
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.passes.autocast import auto_cast
 from trnsim.compiler.passes.canonicalize import canonicalize
+from trnsim.compiler.passes.expand_attention import expand_attention
 from trnsim.compiler.passes.fold import fold
 from trnsim.compiler.passes.fuse_attention import fuse_attention
 from trnsim.compiler.passes.fuse_elementwise import fuse_elementwise
@@ -40,10 +41,13 @@ PIPELINE: tuple[Pass, ...] = (
          "masks, position ids and causal triangles are constants once shapes are fixed"),
     Pass("canonicalize", lambda g, o: canonicalize(g),
          "one view per tensor and one node per activation, so patterns match one spelling"),
+    Pass("expand_attention", lambda g, o: g if o.fuses_attention else expand_attention(g),
+         "--model-type generic: attention as PyTorch's separate operators, scores in between"),
     Pass("auto_cast", lambda g, o: auto_cast(g, o.auto_cast, o.auto_cast_type),
          "neuronx-cc's --auto-cast: bf16/fp16/tf32/fp8 TensorE operands, fp32 accumulation"),
-    Pass("fuse_attention", lambda g, o: fuse_attention(g),
-         "QK^T, scale, mask, softmax and PV in one kernel keep scores out of HBM"),
+    Pass("fuse_attention", lambda g, o: fuse_attention(g) if o.fuses_attention else g,
+         "QK^T, scale, mask, softmax and PV in one kernel keep scores out of HBM "
+         "(--model-type transformer; generic leaves them separate kernels)"),
     Pass("fuse_matmul", lambda g, o: fuse_matmul(g),
          "bias, activation and residual run during PSUM eviction, not as separate kernels"),
     Pass("fuse_norms", lambda g, o: fuse_norms(g),
