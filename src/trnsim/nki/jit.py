@@ -188,6 +188,8 @@ class Kernel:
                 first = False
         input_names = [n for n, v in args_of[0].items() if isinstance(v, Tile)] if args_of else []
         programs = [t.builder.program for t in traces]
+        for out in outputs:  # a returned nl.hbm / private_hbm scratch tensor is an output too
+            programs[0].tensors[out].kind = "output"
         for program in programs:
             for out in outputs:  # a core that never touched an output still shares it
                 program.tensors.setdefault(out, programs[0].tensors[out])

@@ -175,7 +175,11 @@ class Tile:
     _just_written = False
 
     # --- reshaping and reinterpretation ---------------------------------------------------------
-    def reshape(self, *shape) -> Tile:
+    def reshape(self, *shape, **kwargs) -> Tile:
+        if "shape" in kwargs:  # t.reshape(shape=(...)), as the legacy API also accepts
+            shape = (kwargs.pop("shape"),)
+        if kwargs or not shape:
+            raise InvalidArgumentError(f"reshape takes a shape; got {shape} {kwargs}")
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         self.placed()
         return reshape_view(self, tuple(int(s) for s in shape))
@@ -345,9 +349,15 @@ def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] |
     """Shrink axes whose arange the predicate bounds. Untagged axes take `tags` by position."""
     axes = list(tile._axes)
     poffset, foffset = tile._poffset, tile._foffset
+    by_position = {b.axis.position: b for b in predicate.bounds.values()
+                   if b.axis.ndim == len(axes)}
     for i, axis in enumerate(axes):
         tag = axis.tag if axis.tag is not None else (tags[i] if tags and i < len(tags) else None)
         bound = predicate.bounds.get(tag) if tag is not None else None
+        if bound is None and tag is None:
+            # a sliced axis: the mask's index tile at the same position of the same rank bounds
+            # it (the compiler turns slices into index tiles of the instruction's iteration space)
+            bound = by_position.get(i)
         if bound is None:
             continue
         low, high = bound.low, min(bound.high, axis.size)

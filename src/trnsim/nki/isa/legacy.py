@@ -492,5 +492,4 @@ def _unsupported(name: str):
 
 tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
 tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
-sequence_bounds = _unsupported("sequence_bounds")
 builtin_custom_op = _unsupported("builtin_custom_op")
