@@ -3,8 +3,10 @@ against numpy: returning nl.hbm tensors, reshape(shape=...), masks over sliced o
 late-added nisa calls."""
 
 import numpy as np
+import pytest
 
 from trnsim import nki
+from trnsim.errors import IndexOutOfBoundsError
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 
@@ -83,3 +85,50 @@ def test_sequence_bounds_in_the_legacy_api():
 
     expected = [[[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]]]
     np.testing.assert_array_equal(bounds(ids), np.array(expected, dtype=np.float32))
+
+
+def test_an_index_tile_gathers_and_scatters_rows(rng):
+    data = rng.standard_normal((128, 64)).astype(np.float32)
+    rows = rng.permutation(128)[:32].astype(np.int32)
+
+    @nki.jit
+    def gather_scatter(x, idx):
+        gathered = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        scattered = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(32)[:, None]
+        i_f = nl.arange(64)[None, :]
+        index = nl.load(idx[i_p])
+        tile = nl.load(x[index[i_p, 0], i_f])
+        nl.store(gathered, value=tile)
+        nl.store(scattered, value=nl.zeros((128, 64), dtype=x.dtype, buffer=nl.sbuf))
+        nisa.dma_copy(dst=scattered[index, i_f], src=tile, dst_rmw_op=np.add)
+        return gathered, scattered
+
+    gathered, scattered = gather_scatter(data, rows)
+    np.testing.assert_array_equal(gathered, data[rows])
+    expected = np.zeros_like(data)
+    expected[rows] = data[rows]
+    np.testing.assert_array_equal(scattered, expected)
+
+
+def test_an_out_of_bounds_gather_row_raises_or_is_skipped(rng):
+    data = rng.standard_normal((16, 8)).astype(np.float32)
+
+    def make(mode):
+        @nki.jit
+        def gather(x):
+            out = nl.ndarray((8, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            idx = nisa.iota(3 * nl.arange(8)[:, None], dtype=np.int32)  # rows 0, 3, ..., 21
+            tile = nisa.memset(shape=(8, 8), value=-1.0, dtype=x.dtype)
+            i_f = nl.arange(8)[None, :]
+            nisa.dma_copy(src=x[idx, i_f], dst=tile, oob_mode=mode)
+            nl.store(out, value=tile)
+            return out
+        return gather
+
+    skipped = make(nisa.oob_mode.skip)(data)
+    np.testing.assert_array_equal(skipped[:6], data[0:16:3])
+    np.testing.assert_array_equal(skipped[6:], -1.0)
+    with pytest.raises(IndexOutOfBoundsError, match="index 144 is out of bounds") as caught:
+        make(nisa.oob_mode.error)(data)
+    assert isinstance(caught.value, IndexError)

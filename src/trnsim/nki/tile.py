@@ -74,6 +74,9 @@ class Tile:
     """An NKI tensor/tile view. Kernels get these for their arguments and from nl/nisa calls."""
 
     __array_priority__ = 1000
+    # (index tile [P, 1], step in elements): an HBM view whose partition p is row index[p] of
+    # the indexed dimension (legacy `t[idx_tile, i_f]`; the current API's vector_offset)
+    _vector: tuple | None = None
 
     def __init__(self, trace: Trace, storage: Storage | None, axes: tuple[Axis, ...], dtype: DType,
                  poffset: int = 0, foffset: int = 0, pending: Pending | None = None,
@@ -284,10 +287,13 @@ def index_view(tile: Tile, key) -> Tile:
     advanced: dict[int, Axis] = {}
     checks = list(tile._checks)
     rank = 0
+    vector = None
     for dim, (axis, part) in enumerate(zip(tile._axes, parts, strict=True)):
         if isinstance(part, Tile):
-            raise InvalidArgumentError("indexing a tile with another tile (dynamic indexing) is not "
-                                       "supported by this front end; use nl.arange/mgrid index tiles")
+            vector = _vector_index(tile, part, axis, vector)
+            advanced[0] = Axis(part.shape[0], 0, 0, part._axes[0].tag)
+            rank = max(rank, min(part.ndim, 2))
+            continue
         if isinstance(part, DynSlice):
             part = part.as_slice()
         if isinstance(part, slice):
@@ -323,8 +329,25 @@ def index_view(tile: Tile, key) -> Tile:
             poffset += index * axis.pstep
             foffset += index * axis.fstep
     axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
-    return type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
-                name=tile.name, checks=tuple(checks))
+    view = type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
+                      name=tile.name, checks=tuple(checks))
+    if vector is not None:
+        view._vector = vector
+    return view
+
+
+def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:
+    """`hbm[idx, ...]` with an on-chip integer index tile [P, 1]: partition p of the view is
+    row idx[p] of that dimension, gathered or scattered by DMA (dynamic, indirect addressing)."""
+    if tile._storage.memory is not Memory.HBM or tile._vector is not None or earlier is not None:
+        raise InvalidArgumentError("an index tile can index one dimension of an HBM tensor (a DMA "
+                                   "gather / scatter); use nl.arange/mgrid index tiles on chip")
+    index = tile._trace.read_ready(index)
+    if index._storage.memory is Memory.HBM or not index.dtype_spec.is_int or \
+            index.size != index.shape[0]:
+        raise InvalidArgumentError(f"an index tile must be an on-chip integer tile [P, 1]; got "
+                                   f"{index.buffer} {index.dtype_spec.name}{list(index.shape)}")
+    return (index, axis.fstep)
 
 
 def _run_checks(tile: Tile, predicate: Predicate | None) -> None:

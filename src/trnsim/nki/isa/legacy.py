@@ -417,7 +417,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=0, dge_mode=3, **
     if dst_rmw_op is not None and not accumulate:
         raise InvalidArgumentError("dma_copy dst_rmw_op supports add only")
     trace.flush()
-    lowering.dma_copy(target, source, accumulate=accumulate, predicate=pm, tags=source.tags)
+    skip = getattr(oob_mode, "name", oob_mode) in ("skip", 1)
+    lowering.dma_copy(target, source, accumulate=accumulate, predicate=pm, tags=source.tags,
+                      skip_out_of_bounds=skip)
 
 
 @api("nisa.dma_transpose")

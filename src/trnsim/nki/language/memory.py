@@ -13,6 +13,7 @@ from trnsim.isa import (
     MultiplyMoving,
     TensorCopy,
 )
+from trnsim.nki.isa import lowering
 from trnsim.nki.operands import mask_of, resolve_dtype, tile_arg
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
@@ -35,7 +36,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tile:
     trace = current_trace()
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(DmaCopy, dst=dst.access(predicate, tags), src=src.access(predicate, tags))
+        lowering.dma_copy(dst, src, predicate=predicate, tags=tags)
 
     return trace.defer(src.shape, out_dtype, emit, tags=tags)
 
@@ -57,7 +58,8 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
                    src=value.access(predicate, value.tags))
         value = staged
     tags = dst.tags if any(t is not None for t in dst.tags) else value.tags
-    trace.emit(DmaCopy, dst=dst.access(predicate, tags), src=value.access(predicate, tags))
+    trace.flush()
+    lowering.dma_copy(dst, value, predicate=predicate, tags=tags)
 
 
 @api("nl.load_transpose2d")
