@@ -244,8 +244,11 @@ class DmaIndirect(_Dma):
                 if self.skip_out_of_bounds:
                     continue
                 first = (low if low < 0 else max(low, limit)) // item
-                self.fail(IndexOutOfBoundsError(
-                    f"index {first} is out of bounds for axis 0 with size {limit // item}"))
+                error = IndexOutOfBoundsError(
+                    f"index {first} is out of bounds for axis 0 with size {limit // item}")
+                error.add_note(f"{self.name}: partition {p}'s row index {row} lies outside HBM "
+                               f"tensor {side.tensor!r}; oob_mode=skip skips such rows")
+                self.fail(error)
             if self.indexed == "src":
                 target = _partition(self.dst, p)
                 state.write(target, state.read(ap).reshape(target.shape))
