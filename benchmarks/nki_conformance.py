@@ -56,6 +56,10 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
         env = dict(os.environ)
+        # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
+        # cost more than the tile-sized matmuls they split
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join(
             [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory
-from trnsim.nki.indexing import DynSlice, IndexExpr, Predicate
+from trnsim.nki.indexing import DynSlice, IndexExpr, MaskedOut, Predicate
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
 
@@ -259,6 +259,8 @@ class Tile:
     def access(self, predicate: Predicate | None = None,
                tags: tuple[int | None, ...] | None = None) -> AccessPattern:
         """This view as an instruction operand, shrunk by a mask predicate."""
+        if predicate is not None and predicate.empty:
+            raise MaskedOut
         view = self if predicate is None else masked_view(self, predicate, tags)
         _run_checks(self, predicate)
         return to_access_pattern(view)
@@ -329,6 +331,8 @@ def index_view(tile: Tile, key) -> Tile:
             poffset += index * axis.pstep
             foffset += index * axis.fstep
     axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
+    if len(axes) == 1 and axes[0].pstep and tile._storage.memory is not Memory.HBM:
+        axes.append(Axis(1))  # t[:, j] of an on-chip tile is the column [P, 1], as NKI keeps it
     view = type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
                       name=tile.name, checks=tuple(checks))
     if vector is not None:
@@ -384,6 +388,8 @@ def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] |
         if bound is None:
             continue
         low, high = bound.low, min(bound.high, axis.size)
+        if high <= low:
+            raise MaskedOut
         poffset += low * axis.pstep
         foffset += low * axis.fstep
         axes[i] = replace(axis, size=max(high - low, 0))

@@ -24,6 +24,8 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
 from trnsim.isa import Instruction, Memory, ProgramBuilder
+from trnsim.nki import legalise
+from trnsim.nki.indexing import MaskedOut
 from trnsim.nki.tile import Axis, Pending, Storage, Tile
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
@@ -72,6 +74,8 @@ def api(label: str):
             trace.label, trace.source = label, user_location()
             try:
                 return fn(*args, **kwargs)
+            except MaskedOut:  # its mask selects nothing: the compiler drops the instruction
+                return None
             except TrnsimError as error:
                 raise error.at(trace.source) from None
             finally:
@@ -188,6 +192,7 @@ class Trace:
         # instance allocates is the i-th one the first instance allocated.
         self.shared_outputs: list[tuple[str, tuple[int, ...], DType]] = []
         self.output_cursor = 0
+        self.written_inputs: set[str] = set()  # kernel arguments the kernel writes
 
     # --- dtypes as users see them ---------------------------------------------------------------
     def user_dtype(self, dt: DType):
@@ -206,9 +211,15 @@ class Trace:
 
     def emit_now(self, cls: type[Instruction], **fields) -> Instruction:
         instruction = cls(source=self.source, label=self.label or "", **fields)
-        instruction.check(self.core)
-        self.builder.emit(instruction)
-        return instruction
+        steps = legalise.staged(self, instruction, fields)
+        if steps is None:
+            instruction.check(self.core)
+            self.builder.emit(instruction)
+            return instruction
+        for step in steps:  # the compiler's staging copies around the instruction
+            step.check(self.core)
+            self.builder.emit(step)
+        return next(s for s in steps if type(s) is type(instruction) and s.label == instruction.label)
 
     def defer(self, shape: tuple[int, ...], dtype, emit: Callable[[Tile, bool], None], *,
               buffer: str = "sbuf",
@@ -233,18 +244,23 @@ class Trace:
         dst = self.allocate(tile.shape, tile.dtype_spec, tile._pending.buffer, name=tile.name)
         self._place(tile, dst)
 
-    def _place(self, tile: Tile, dst: Tile) -> None:
+    def _place(self, tile: Tile, dst: Tile) -> bool:
+        """Emit a pending result into dst; False if its mask selected nothing (not emitted)."""
         pending = tile._pending
         if self.pending is tile:
             self.pending = None
         label, source = self.label, self.source
         self.label = tile._pending_label or label
         self.source = tile._pending_source or source
+        emitted = True
         try:
             pending.emit(dst, pending.accumulate)
+        except MaskedOut:
+            emitted = False
         finally:
             self.label, self.source = label, source
         tile._become(dst)
+        return emitted
 
     # --- assignment -----------------------------------------------------------------------------
     def assign(self, dst: Tile, value) -> None:
@@ -278,8 +294,10 @@ class Trace:
             if dst.buffer != "psum":
                 raise InvalidArgumentError("matmul results accumulate in PSUM: `+=` a matmul into a "
                                            f"{dst.buffer} tile is not supported")
+            zeros = list(dst._storage.zero_ranges)
             value._pending.accumulate = self._claim_zeros(dst) != "fresh"
-            self._place(value, dst)
+            if not self._place(value, dst):
+                dst._storage.zero_ranges = zeros  # masked out: nothing was written
             return
         from trnsim.nki.language import elementwise
 
@@ -321,9 +339,10 @@ class Trace:
         return "zeroed"
 
     def _check_writable(self, dst: Tile) -> None:
-        if dst._storage.is_input:
-            raise InvalidArgumentError(f"kernel input {dst._storage.name!r} is read-only; write results "
-                                       f"to a tensor allocated with buffer=nl.shared_hbm and return it")
+        """Kernels may write their HBM arguments (the legacy tests' style: results land in an
+        argument array); the run copies such inputs back to the caller's arrays."""
+        if dst._storage is not None and dst._storage.is_input:
+            self.written_inputs.add(dst._storage.name)
 
     def read_ready(self, tile: Tile) -> Tile:
         """Prepare a tile for reading: place pending results, zero-fill untouched PSUM zeros."""

@@ -47,7 +47,6 @@ class CurrentTrace(Trace):
         self._register_ids = itertools.count()
         self._register_offsets: dict[AccessPattern, tuple[int, int, bool]] = {}
         self._accumulating: list[tuple[int, int, int, int]] = []
-        self.written_inputs: set[str] = set()
         self.no_reorder_depth = 0
         self.allow_vector_offset = False  # set while nisa.dma_copy lowers a gather/scatter
 
