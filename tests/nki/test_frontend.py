@@ -212,17 +212,6 @@ def test_error_tile_too_large_for_sbuf():
     assert "sbuf allocation of 400000 bytes per partition" in str(error)
 
 
-def test_error_matmul_output_not_in_psum():
-    def k(x):
-        a = nl.load(x)
-        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
-        out[...] = nisa.nc_matmul(a, a)
-        return None
-
-    error = _error(k, np.zeros((128, 128), np.float32))
-    assert "cannot write sbuf" in str(error) and "test_frontend.py:" in str(error)
-
-
 def test_error_dtype_not_supported_by_target():
     def k(x):
         t = nl.load(x)

@@ -132,3 +132,105 @@ def test_an_out_of_bounds_gather_row_raises_or_is_skipped(rng):
     with pytest.raises(IndexOutOfBoundsError, match="index 144 is out of bounds") as caught:
         make(nisa.oob_mode.error)(data)
     assert isinstance(caught.value, IndexError)
+
+
+def test_misplaced_operands_are_staged_by_copies_as_the_compiler_does(rng):
+    """TensorE cannot write SBUF and GpSimd cannot read PSUM: neuronx-cc stages the operand
+    through a VectorE copy, which takes time like any other instruction."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+
+    @nki.jit
+    def staged(x):
+        out = nl.ndarray((2, 128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        product = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        product[...] = nisa.nc_matmul(t, t)  # result written to PSUM, then copied to SBUF
+        nl.store(out[0], value=product)
+        in_psum = nisa.nc_matmul(t, t)
+        i_p, i_f = nl.mgrid[0:128, 0:128]
+        nl.store(out[1], value=nisa.affine_select(i_p >= i_f, in_psum, 0.0))  # GpSimd reads PSUM
+        return out
+
+    got = staged(a)
+    np.testing.assert_allclose(got[0], a.T @ a, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], np.tril(a.T @ a), rtol=1e-4, atol=1e-4)
+    profile = staged.last_run.profile
+    copies = [r for r in profile.records if "staging copy" in r.label]
+    assert len(copies) == 2 and all(r.end_ns > r.start_ns for r in copies)
+
+
+def test_a_mask_known_at_trace_time(rng):
+    """mask=True keeps the instruction; mask=False (e.g. a causal tile test on loop indices)
+    drops it, so the accumulation below adds one product, not two."""
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+
+    @nki.jit
+    def masked(a):
+        out = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(2):
+            acc[...] += nisa.nc_matmul(t, t, mask=(i == 0))
+        done = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+        done[...] = nl.copy(acc, mask=True)
+        nl.store(out, value=done)
+        return out
+
+    np.testing.assert_allclose(masked(x), x.T @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_binary_ops_broadcast_across_partitions_and_free_axes(rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    row = rng.standard_normal((1, 64)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    cube = rng.integers(0, 3, (128, 8, 3, 3)).astype(np.float32)
+
+    @nki.jit
+    def bcast(x, r, c, q):
+        out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        hits = nl.ndarray((128, 8, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        tx, tr, tc = nl.load(x), nl.load(r), nl.load(c)
+        nl.store(out[0], value=nl.add(tx, tr))  # [1, F] across partitions
+        nl.store(out[1], value=nl.add(tc, tr))  # [P, 1] + [1, F]
+        nl.store(out[2], value=nl.add(tx, nl.load(r[0:1, 0:1])))  # [1, 1]
+        nl.store(out[3], value=nl.multiply(tx, tc))  # [P, 1] column
+        cubes = nl.load(q)
+        nl.store(hits, value=nl.equal(cubes, cubes[:, :, 0:1, 0:1], dtype=nl.float32))
+        return out, hits
+
+    got, hits = bcast(a, row, col, cube)
+    np.testing.assert_allclose(got[0], a + row, rtol=1e-6)
+    np.testing.assert_allclose(got[1], col + row, rtol=1e-6)
+    np.testing.assert_allclose(got[2], a + row[0, 0], rtol=1e-6)
+    np.testing.assert_allclose(got[3], a * col, rtol=1e-6)
+    np.testing.assert_array_equal(hits, (cube == cube[:, :, 0:1, 0:1]).astype(np.float32))
+
+
+def test_loop_reduce_folds_each_iteration_into_its_destination(rng):
+    x = rng.standard_normal((3, 128, 32)).astype(np.float32)
+
+    @nki.jit
+    def total(a):
+        out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(3):
+            acc[...] = nl.loop_reduce(nl.load(a[i]), op=np.add, loop_indices=(i,))
+        nl.store(out, value=acc)
+        return out
+
+    np.testing.assert_allclose(total(x), x.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_column_of_an_on_chip_tile_keeps_its_free_axis(rng):
+    x = rng.standard_normal((128, 4)).astype(np.float32)
+
+    @nki.jit
+    def column(a):
+        out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        col = t[:, 2]
+        assert col.shape == (128, 1)
+        nl.store(out, value=nl.add(col[:, 0], 1.0))
+        return out
+
+    np.testing.assert_allclose(column(x), x[:, 2:3] + 1.0)
