@@ -7,6 +7,7 @@ import pytest
 
 from trnsim import nki
 from trnsim.errors import IndexOutOfBoundsError
+from trnsim.nki import compiler as ncc
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 
@@ -234,3 +235,58 @@ def test_a_column_of_an_on_chip_tile_keeps_its_free_axis(rng):
         return out
 
     np.testing.assert_allclose(column(x), x[:, 2:3] + 1.0)
+
+
+def test_spmd_dims_spread_instances_over_cores(rng):
+    x = rng.standard_normal((4, 2, 1, 8)).astype(np.float32)
+
+    @nki.jit
+    def copy(a):
+        b = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        i, j = nl.program_id(0), nl.program_id(1)
+        nl.store(b[i, j], nl.load(a[i, j]))
+        return b
+
+    for grid in ((nl.spmd_dim(nl.nc(2), 2), 2), (nl.nc(2) * 2, 2), (2 * nl.nc(2), 2)):
+        launch = copy[grid]
+        np.testing.assert_array_equal(launch(x), x)
+        assert len(launch.last_run.results) == 2  # two NeuronCores
+
+
+def test_placement_by_an_allocation_function_and_an_mgrid_key(rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+
+    def at(base):
+        return lambda idx, pdim_size, fdim_size: (0, base)  # (partition, byte)
+
+    @nki.jit
+    def placed(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((nl.par_dim(128), 64), dtype=a.dtype, buffer=ncc.sbuf.alloc(at(2048)))
+        t[...] = nl.load(a[nl.mgrid[0:128, 0:64]])
+        nl.store(out, value=t)
+        return out
+
+    np.testing.assert_array_equal(placed(x), x)
+    assert "+2048B" in placed.last_run.profile.record(0).operands[0]
+
+
+def test_store_a_constant_gather_flattened_and_an_odd_start_partition(rng):
+    data = rng.standard_normal((32, 64)).astype(np.float32)
+    picks = np.tile(np.arange(10, dtype=np.uint32) * 5, (32, 1))
+
+    @nki.jit
+    def kernel(d):
+        filled = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        gathered = nl.ndarray((32, 10), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(filled, 7.0)
+        indices = nl.zeros((32, 10), dtype=nl.uint32)
+        for i in nl.static_range(32):  # single-partition writes at partitions 1..31:
+            for j in nl.static_range(10):  # staged through partition 0 by DMA
+                indices[i, j] = j * 5
+        nl.store(gathered, value=nl.gather_flattened(data=nl.load(d), indices=indices))
+        return filled, gathered
+
+    filled, gathered = kernel(data)
+    np.testing.assert_array_equal(filled, 7.0)
+    np.testing.assert_array_equal(gathered, np.take_along_axis(data, picks.astype(np.int64), 1))

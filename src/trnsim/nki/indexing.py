@@ -186,6 +186,7 @@ class _MGrid:
 
 
 mgrid = _MGrid()
+Grid = _Grid  # what nl.mgrid[...] returns (a tile may be indexed with it directly)
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ class Kernel:
 
     def _trace(self, bound: inspect.BoundArguments, core) -> Traced:
         sizes, cores_per_dim = _grid_shape(self.grid)
-        n_cores = prod(cores_per_dim)
+        n_cores = prod(abs(c) for c in cores_per_dim)
         name = self.fn.__name__
         traces = [Trace(name + (f"_nc{c}" if n_cores > 1 else ""), core) for c in range(n_cores)]
         for trace in traces[1:]:
@@ -234,10 +234,9 @@ def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
     sizes, cores = [], []
     for dim in grid:
         if isinstance(dim, spmd_dim):
-            placement = dim.placement
-            count = placement.count if isinstance(placement, nc) else int(placement or 1)
-            sizes.append(int(dim.size))
-            cores.append(count)
+            size, count, interleaved = dim.layout()
+            sizes.append(size)
+            cores.append(-count if interleaved else count)  # negative: index % count
         elif isinstance(dim, nc):
             sizes.append(dim.count)
             cores.append(dim.count)
@@ -245,7 +244,7 @@ def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
             sizes.append(int(dim))
             cores.append(1)
     for size, count in zip(sizes, cores, strict=True):
-        if size % count:
+        if size % abs(count):
             raise InvalidArgumentError(f"a launch-grid dimension of {size} instances cannot be split "
                                        f"evenly over {count} NeuronCores")
     return sizes, cores
@@ -254,7 +253,7 @@ def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
 def _core_of(index, sizes, cores) -> int:
     core = 0
     for i, size, count in zip(index, sizes, cores, strict=True):
-        core = core * count + (i * count) // size
+        core = core * abs(count) + (i % -count if count < 0 else (i * count) // size)
     return core
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory
-from trnsim.nki.indexing import DynSlice, IndexExpr, MaskedOut, Predicate
+from trnsim.nki.indexing import DynSlice, Grid, IndexExpr, MaskedOut, Predicate
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
 
@@ -273,7 +273,7 @@ class Tile:
 # --- view algebra ---------------------------------------------------------------------------------
 
 def _normalise_key(key, rank: int) -> list:
-    key = list(key) if isinstance(key, tuple) else [key]
+    key = list(key) if isinstance(key, (tuple, Grid)) else [key]  # t[nl.mgrid[0:128, 0:512]]
     if any(k is Ellipsis for k in key):
         at = key.index(Ellipsis)
         key[at:at + 1] = [slice(None)] * (rank - len(key) + 1)

@@ -3,6 +3,8 @@ fills that assignments turn into."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
     DmaCopy,
@@ -49,8 +51,15 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     trace = current_trace()
     trace._check_writable(dst)
     predicate = mask_of(mask)
+    if isinstance(value, (int, float, np.number, bool)):
+        # a constant (the docs: "effectively a memset"): fill an SBUF tile, then DMA it
+        shape = dst.shape if len(dst.shape) >= 2 else (1, *dst.shape)
+        staged = trace.allocate(shape, dst.dtype_spec, "sbuf", name="store_constant")
+        trace.flush()
+        fill(staged, float(value))
+        value = staged if len(dst.shape) >= 2 else staged.reshape(*dst.shape)
     if not isinstance(value, Tile):
-        raise InvalidArgumentError("nl.store stores a tile; fill a tile first to store a constant")
+        raise InvalidArgumentError(f"nl.store stores a tile or a number; got {type(value).__name__}")
     value = tile_arg(value, "nl.store value")
     if value.buffer == "psum":
         staged = trace.allocate(value.shape, value.dtype_spec, "sbuf", name=f"{value.name}_sb")
