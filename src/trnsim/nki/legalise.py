@@ -5,8 +5,9 @@ tile; the compiler does not refuse these but stages the operand: a VectorE copy 
 into SBUF before the instruction, or the result written to a PSUM (or SBUF) temporary and copied
 to its destination after it. The copies are ordinary instructions, so they cost what they cost on
 the simulated engines. An engine access starting at a partition its quadrant rules forbid is
-staged through partition 0 by DMA (DMA queues have no start-partition rule). What no copy can fix (a read-modify-write operand, an engine that can touch
-neither memory) stays an error from the instruction's own check.
+staged through partition 0 by DMA (DMA queues have no start-partition rule). What no copy can
+fix (a read-modify-write operand, an engine that can touch neither memory) stays an error from
+the instruction's own check.
 """
 
 from __future__ import annotations
