@@ -82,3 +82,8 @@ class IndexOutOfBoundsError(TrnsimError, IndexError):
             self.source = source
             self.add_note(f"at {source}")
         return self
+
+
+class UndefinedBehaviourWarning(UserWarning):
+    """A kernel does what the NKI documentation calls undefined (reading memory nothing wrote,
+    accumulating into PSUM nothing wrote); the simulated values are NaN there."""

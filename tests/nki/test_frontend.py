@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trnsim import nki
-from trnsim.errors import LimitExceededError, TrnsimError, UnsupportedError
+from trnsim.errors import LimitExceededError, TrnsimError, UndefinedBehaviourWarning, UnsupportedError
 from trnsim.nki import compiler as ncc
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
@@ -262,7 +262,24 @@ def test_uninitialised_sbuf_reads_are_nan():
         nl.store(out, value=garbage)
         return out
 
-    assert np.isnan(k(np.zeros((4, 4), np.float32))).all()
+    with pytest.warns(UndefinedBehaviourWarning, match=r"test_frontend.py:\d+: nl.store reads sbuf"):
+        assert np.isnan(k(np.zeros((4, 4), np.float32))).all()
+
+
+def test_accumulating_into_psum_nothing_wrote_warns_with_the_line():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # never initialised
+        acc += nisa.nc_matmul(t, t)
+        acc += nisa.nc_matmul(t, t)
+        nl.store(out, value=nl.copy(acc))
+        return out
+
+    with pytest.warns(UndefinedBehaviourWarning, match=r"test_frontend.py:\d+: nisa.nc_matmul "
+                                                       r"accumulates into psum"):
+        assert np.isnan(k(np.ones((128, 128), np.float32))).all()
 
 
 def test_device_print(capsys):

@@ -290,3 +290,19 @@ def test_store_a_constant_gather_flattened_and_an_odd_start_partition(rng):
     filled, gathered = kernel(data)
     np.testing.assert_array_equal(filled, 7.0)
     np.testing.assert_array_equal(gathered, np.take_along_axis(data, picks.astype(np.int64), 1))
+
+
+def test_broadcast_to_as_a_tile_method_and_with_a_positional_shape(rng):
+    row = rng.standard_normal((1, 96)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+
+    @nki.jit
+    def spread(r, c):
+        out = nl.ndarray((2, 128, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0], value=nl.broadcast_to(nl.load(r), (128, 96)))
+        nl.store(out[1], value=nl.load(c).broadcast_to((128, 96)))
+        return out
+
+    got = spread(row, col)
+    np.testing.assert_array_equal(got[0], np.broadcast_to(row, (128, 96)))
+    np.testing.assert_array_equal(got[1], np.broadcast_to(col, (128, 96)))

@@ -191,6 +191,12 @@ class Tile:
         self.placed()
         return dtype_view(self, as_dtype(dtype))
 
+    def broadcast_to(self, shape) -> Tile:
+        """t.broadcast_to(shape): nl.broadcast_to(t, shape)."""
+        from trnsim.nki.language.memory import broadcast_to
+
+        return broadcast_to(self, shape=shape)
+
     def ap(self, pattern, offset: int = 0, dtype=None) -> Tile:
         """The current API's explicit access pattern: [[stride, size], ...], partition first."""
         self.placed()

@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,12 @@ from math import prod
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
+from trnsim.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    TrnsimError,
+    UndefinedBehaviourWarning,
+)
 from trnsim.isa import Instruction, Memory, ProgramBuilder
 from trnsim.nki import legalise
 from trnsim.nki.indexing import MaskedOut
@@ -193,6 +199,8 @@ class Trace:
         self.shared_outputs: list[tuple[str, tuple[int, ...], DType]] = []
         self.output_cursor = 0
         self.written_inputs: set[str] = set()  # kernel arguments the kernel writes
+        self._written_onchip: set[str] = set()  # SBUF/PSUM tiles some instruction has written
+        self._warned: set[tuple] = set()
 
     # --- dtypes as users see them ---------------------------------------------------------------
     def user_dtype(self, dt: DType):
@@ -214,10 +222,12 @@ class Trace:
         steps = legalise.staged(self, instruction, fields)
         if steps is None:
             instruction.check(self.core)
+            self.note_accesses(instruction)
             self.builder.emit(instruction)
             return instruction
         for step in steps:  # the compiler's staging copies around the instruction
             step.check(self.core)
+            self.note_accesses(step)
             self.builder.emit(step)
         return next(s for s in steps if type(s) is type(instruction) and s.label == instruction.label)
 
@@ -261,6 +271,27 @@ class Trace:
             self.label, self.source = label, source
         tile._become(dst)
         return emitted
+
+    def note_accesses(self, instruction: Instruction) -> None:
+        """Warn (once per line and tile) where the kernel reads on-chip memory nothing has
+        written, or accumulates into PSUM nothing has written: undefined in the NKI docs, NaN
+        here, as AWS's simulator warns."""
+        inner = getattr(instruction, "inner", instruction)
+        accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
+        for ap, what in [*((ap, "reads") for ap in inner.reads()),
+                         *([(accumulating, "accumulates into")] if accumulating else [])]:
+            if ap.memory is Memory.HBM or not ap.tensor or ap.tensor in self._written_onchip:
+                continue
+            key = (instruction.source, ap.tensor)
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(UndefinedBehaviourWarning(
+                    f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
+                    f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
+                    f"the simulated values are NaN)"), stacklevel=2)
+        for ap in inner.writes():
+            if ap.memory is not Memory.HBM:
+                self._written_onchip.add(ap.tensor)
 
     # --- assignment -----------------------------------------------------------------------------
     def assign(self, dst: Tile, value) -> None:

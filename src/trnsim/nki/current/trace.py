@@ -68,6 +68,7 @@ class CurrentTrace(Trace):
         self._register_offsets.clear()
         instruction = cls(source=self.source, label=self.label or "", **fields)
         instruction.check(self.core)
+        self.note_accesses(instruction)
         if offsets:
             instruction = RegisterAddressed(inner=instruction, offsets=tuple(offsets),
                                             skip_out_of_bounds=skip, source=self.source,

@@ -124,7 +124,7 @@ def fill(dst: Tile, value: float) -> None:
 
 
 @api("nl.broadcast_to")
-def broadcast_to(src, *, shape, **kwargs) -> Tile:
+def broadcast_to(src, shape, **kwargs) -> Tile:
     """Broadcast along the free axes (a stride-0 copy) and/or from one partition to many (a
     TensorE matmul with a row of ones, the standard way to cross partitions)."""
     src = tile_arg(src, "nl.broadcast_to source")
