@@ -278,7 +278,8 @@ class Trace:
         here, as AWS's simulator warns."""
         inner = getattr(instruction, "inner", instruction)
         accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
-        for ap, what in [*((ap, "reads") for ap in inner.reads()),
+        written = inner.writes()  # a destination listed as read keeps what it does not write
+        for ap, what in [*((ap, "reads") for ap in inner.reads() if ap not in written),
                          *([(accumulating, "accumulates into")] if accumulating else [])]:
             if ap.memory is Memory.HBM or not ap.tensor or ap.tensor in self._written_onchip:
                 continue
@@ -289,7 +290,7 @@ class Trace:
                     f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
                     f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
                     f"the simulated values are NaN)"), stacklevel=2)
-        for ap in inner.writes():
+        for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
 
