@@ -306,3 +306,22 @@ def test_broadcast_to_as_a_tile_method_and_with_a_positional_shape(rng):
     got = spread(row, col)
     np.testing.assert_array_equal(got[0], np.broadcast_to(row, (128, 96)))
     np.testing.assert_array_equal(got[1], np.broadcast_to(col, (128, 96)))
+
+
+def test_psum_plus_equals_into_fresh_psum_starts_an_accumulation_group(rng):
+    """`acc += nc_matmul(...)` on an uninitialised nl.ndarray PSUM tile: the compiler infers the
+    first write overwrites and later ones accumulate (nki.isa.nc_matmul, "accumulation mode")."""
+    x = rng.standard_normal((2, 128, 128)).astype(np.float32)
+
+    @nki.jit
+    def gemm(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(2):
+            t = nl.load(a[k])
+            acc += nisa.nc_matmul(t, t)
+        nl.store(out, value=nl.copy(acc))
+        return out
+
+    expected = x[0].T @ x[0] + x[1].T @ x[1]
+    np.testing.assert_allclose(gemm(x), expected, rtol=1e-4, atol=1e-3)

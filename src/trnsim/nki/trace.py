@@ -201,6 +201,7 @@ class Trace:
         self.written_inputs: set[str] = set()  # kernel arguments the kernel writes
         self._written_onchip: set[str] = set()  # SBUF/PSUM tiles some instruction has written
         self._warned: set[tuple] = set()
+        self._psum_spans: dict[str, list] = {}  # PSUM byte ranges written, per tile
 
     # --- dtypes as users see them ---------------------------------------------------------------
     def user_dtype(self, dt: DType):
@@ -293,6 +294,16 @@ class Trace:
         for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
+            if ap.memory is Memory.PSUM:
+                self._psum_spans.setdefault(ap.tensor, []).append(_span(ap))
+
+    def psum_written(self, tile: Tile) -> bool:
+        """Has any instruction written bytes of this PSUM view? (`psum += matmul` into bytes
+        nothing wrote starts an accumulation group: the compiler's inferred accumulate flag,
+        "first write overwrites, subsequent writes accumulate".)"""
+        ap = tile.access()
+        span = _span(ap)
+        return any(_overlap(span, other) for other in self._psum_spans.get(ap.tensor, ()))
 
     # --- assignment -----------------------------------------------------------------------------
     def assign(self, dst: Tile, value) -> None:
@@ -327,7 +338,8 @@ class Trace:
                 raise InvalidArgumentError("matmul results accumulate in PSUM: `+=` a matmul into a "
                                            f"{dst.buffer} tile is not supported")
             zeros = list(dst._storage.zero_ranges)
-            value._pending.accumulate = self._claim_zeros(dst) != "fresh"
+            value._pending.accumulate = (self._claim_zeros(dst) != "fresh"
+                                         and self.psum_written(dst))
             if not self._place(value, dst):
                 dst._storage.zero_ranges = zeros  # masked out: nothing was written
             return
@@ -521,3 +533,12 @@ def _hbm_axes(shape: tuple[int, ...]) -> tuple[Axis, ...]:
         step *= size
     return tuple(reversed(axes))
 
+
+def _span(ap) -> tuple[int, int, int, int]:
+    p0, p1 = ap.partition_range()
+    lo, hi = ap.byte_span()
+    return p0, p1, lo, hi
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
