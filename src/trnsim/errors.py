@@ -65,3 +65,25 @@ class UnsupportedError(TrnsimError, NotImplementedError):
 
 class InvalidArgumentError(TrnsimError, ValueError):
     """An argument of the wrong form or combination, caught before any simulation starts."""
+
+
+class IndexOutOfBoundsError(TrnsimError, IndexError):
+    """An element index computed at run time (a gather/scatter row) outside its tensor.
+
+    Worded as numpy's IndexError, as AWS's NKI simulator reports it (kernels' tests match the
+    text); the kernel line is kept on `.source` and added as a note rather than to the message.
+    """
+
+    def __str__(self) -> str:
+        return self.message
+
+    def at(self, source: str | None) -> TrnsimError:
+        if source and not self.source:
+            self.source = source
+            self.add_note(f"at {source}")
+        return self
+
+
+class UndefinedBehaviourWarning(UserWarning):
+    """A kernel does what the NKI documentation calls undefined (reading memory nothing wrote,
+    accumulating into PSUM nothing wrote); the simulated values are NaN there."""

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError
+from trnsim.errors import IndexOutOfBoundsError, InvalidArgumentError
 from trnsim.isa.access import AccessPattern, Memory
 from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, SrcToDst
 
@@ -206,8 +206,11 @@ class DmaIndirect(_Dma):
     extent: AccessPattern
     skip_out_of_bounds: bool = False
     queue: int | None = None
+    accumulate: bool = False  # scatter only: add into the destination rows (dst_rmw_op=add)
 
     def reads(self):
+        if self.indexed == "dst" and self.accumulate:
+            return (self.src, self.index, self.extent)
         return (self.extent, self.index) if self.indexed == "src" else (self.src, self.index)
 
     def writes(self):
@@ -240,12 +243,17 @@ class DmaIndirect(_Dma):
             if low < 0 or high > limit:
                 if self.skip_out_of_bounds:
                     continue
-                self.fail(InvalidArgumentError(
-                    f"{self.name}: partition {p}'s index {row} reaches bytes [{low}, {high}) outside "
-                    f"HBM tensor {side.tensor!r} ({limit} bytes); use oob_mode=skip to skip it"))
+                first = (low if low < 0 else max(low, limit)) // item
+                error = IndexOutOfBoundsError(
+                    f"index {first} is out of bounds for axis 0 with size {limit // item}")
+                error.add_note(f"{self.name}: partition {p}'s row index {row} lies outside HBM "
+                               f"tensor {side.tensor!r}; oob_mode=skip skips such rows")
+                self.fail(error)
             if self.indexed == "src":
                 target = _partition(self.dst, p)
                 state.write(target, state.read(ap).reshape(target.shape))
+            elif self.accumulate:
+                state.write(ap, state.read(ap) + values[p].reshape(ap.shape))
             else:
                 state.write(ap, values[p].reshape(ap.shape))
 

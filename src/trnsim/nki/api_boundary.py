@@ -64,7 +64,6 @@ CURRENT_ONLY: dict[str, str] = {
     "nisa.activate2": "nisa.activation followed by nisa.tensor_scalar",
     "nisa.exponential": "nisa.activation(op=nl.exp, bias=-max)",
     "nisa.dma_compute": "nisa.dma_copy(dst_rmw_op=np.add)",
-    "nisa.tensor_scalar_cumulative": "nisa.tensor_tensor_scan",
     "nisa.nc_n_gather": "nisa.local_gather",
     "nisa.rng": "nl.rand",
     "nisa.rand2": "nl.rand",

@@ -7,6 +7,7 @@ Hints that only steer the real compiler's optimiser are accepted and have no eff
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -35,6 +36,19 @@ class Placement:
     buffer: str
     base_offset: int
     num_free_tiles: tuple[int, ...] = ()
+    # ncc.<buffer>.alloc(func): func(block index, partitions, bytes per partition) gives
+    # (partition, byte) in SBUF or (bank, partition, byte) in PSUM for each block of the tile
+    function: Callable | None = None
+    unit: int = 1  # bytes per PSUM bank (a bank number counts this many bytes)
+
+    def offset_for(self, blocks: int, partitions: int, bytes_per_block: int) -> int:
+        """The byte offset of the tile's first block."""
+        if self.function is None:
+            return self.base_offset
+        where = tuple(int(v) for v in self.function((0,) * blocks, partitions, bytes_per_block))
+        if self.buffer == "psum" and len(where) == 3:
+            return where[0] * self.unit + where[2]
+        return where[-1]
 
 
 class _Buffer:
@@ -42,12 +56,19 @@ class _Buffer:
         self.name = name
         self._unit = unit
 
-    def mod_alloc(self, *, base_addr: int | None = None, base_bank: int | None = None,
+    def mod_alloc(self, base_addr: int | None = None, *, base_bank: int | None = None,
                   base_partition: int = 0, num_free_tiles=(), **kwargs) -> Placement:
         base = base_addr if base_addr is not None else (base_bank or 0) * self._unit
-        return Placement(self.name, int(base), tuple(num_free_tiles))
+        if self.name == "psum" and base_bank is not None and base_addr is not None:
+            base = base_bank * self._unit + base_addr
+        return Placement(self.name, int(base), tuple(num_free_tiles), unit=self._unit)
 
-    alloc = mod_alloc
+    def alloc(self, placement=None, **kwargs) -> Placement:
+        """alloc(func) places a tile by an allocation function; alloc(base_addr=...) is
+        mod_alloc."""
+        if callable(placement):
+            return Placement(self.name, 0, function=placement, unit=self._unit)
+        return self.mod_alloc(placement, **kwargs)
 
     def auto_alloc(self) -> str:
         return self.name

@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from trnsim.errors import InvalidArgumentError
 
 _ids = itertools.count()
@@ -184,6 +186,7 @@ class _MGrid:
 
 
 mgrid = _MGrid()
+Grid = _Grid  # what nl.mgrid[...] returns (a tile may be indexed with it directly)
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,10 @@ class Bound:
     high: int
 
 
+class MaskedOut(Exception):
+    """Raised while lowering an instruction whose mask selects nothing: the compiler drops it."""
+
+
 class Predicate:
     """A conjunction of affine comparisons ``expr (op) 0`` from (i_p < 64) & (i_f + 128*t < n).
 
@@ -223,6 +230,13 @@ class Predicate:
         self.comparisons = comparisons
         self._bounds: dict[int, Bound] | None = None
         self._false = False
+
+    @staticmethod
+    def never() -> Predicate:
+        """mask=False (a compile-time condition that does not hold): nothing is selected."""
+        predicate = Predicate([])
+        predicate._bounds, predicate._false = {}, True
+        return predicate
 
     @staticmethod
     def compare(expr: IndexExpr, other, op: str) -> Predicate:
@@ -252,9 +266,13 @@ class Predicate:
         return self._bounds
 
     def __and__(self, other: Predicate) -> Predicate:
+        if isinstance(other, (bool, np.bool_)):
+            return self if other else Predicate.never()
         if not isinstance(other, Predicate):
             raise InvalidArgumentError("combine mask predicates with & only")
         return Predicate(self.comparisons + other.comparisons)
+
+    __rand__ = __and__
 
     def __or__(self, other):
         raise InvalidArgumentError("mask predicates can only be combined with &; `|` cannot shrink an "

@@ -51,6 +51,7 @@ class Traced:
     inputs: list[str]
     shared: list[str]
     output_structure: Any = None
+    written: set = field(default_factory=set)  # inputs the kernel writes (copied back after a run)
 
 
 @dataclass
@@ -100,6 +101,9 @@ class Kernel:
         self.last_run: RunRecord | None = None
         self.benchmark_result: BenchmarkResult | None = None
         functools.update_wrapper(self, fn)
+        # no __wrapped__: like neuronxcc's kernel objects, a kernel named test_* is not a function
+        # pytest would collect (the documentation's test files define such kernels)
+        del self.__wrapped__
 
     # --- launch grid --------------------------------------------------------------------------
     def __getitem__(self, grid) -> Kernel:
@@ -134,6 +138,7 @@ class Kernel:
         outputs = {}
         for result in results:
             outputs.update(result.outputs or {})
+        _copy_back(traced.written, bound.arguments, results)
         values = [outputs[name] for name in traced.outputs]
         if any(_is_torch(a) for a in _all_args(args, kwargs)):
             values = [_to_torch(v) for v in values]
@@ -160,7 +165,7 @@ class Kernel:
 
     def _trace(self, bound: inspect.BoundArguments, core) -> Traced:
         sizes, cores_per_dim = _grid_shape(self.grid)
-        n_cores = prod(cores_per_dim)
+        n_cores = prod(abs(c) for c in cores_per_dim)
         name = self.fn.__name__
         traces = [Trace(name + (f"_nc{c}" if n_cores > 1 else ""), core) for c in range(n_cores)]
         for trace in traces[1:]:
@@ -188,11 +193,14 @@ class Kernel:
                 first = False
         input_names = [n for n, v in args_of[0].items() if isinstance(v, Tile)] if args_of else []
         programs = [t.builder.program for t in traces]
+        for out in outputs:  # a returned nl.hbm / private_hbm scratch tensor is an output too
+            programs[0].tensors[out].kind = "output"
         for program in programs:
             for out in outputs:  # a core that never touched an output still shares it
                 program.tensors.setdefault(out, programs[0].tensors[out])
         shared = sorted({*outputs, *input_names}) if n_cores > 1 else []
-        return Traced(programs, outputs, input_names, shared, structure)
+        written = set().union(*(t.written_inputs for t in traces))
+        return Traced(programs, outputs, input_names, shared, structure, written)
 
 
 
@@ -209,14 +217,26 @@ def tile_arguments(trace: Trace, arguments: dict) -> dict:
     return args
 
 
+def _copy_back(written: set, arguments: dict, results) -> None:
+    """Arguments the kernel wrote get their final HBM contents, in place (legacy style)."""
+    for name in written:
+        target = arguments.get(name)
+        final = next((r.hbm_arrays[name] for r in results if name in (r.hbm_arrays or {})), None)
+        if final is None:
+            continue
+        if isinstance(target, np.ndarray):
+            np.copyto(target, np.asarray(final).reshape(target.shape))
+        elif _is_torch(target):
+            target.copy_(_to_torch(np.array(final)).reshape(target.shape))
+
+
 def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
     sizes, cores = [], []
     for dim in grid:
         if isinstance(dim, spmd_dim):
-            placement = dim.placement
-            count = placement.count if isinstance(placement, nc) else int(placement or 1)
-            sizes.append(int(dim.size))
-            cores.append(count)
+            size, count, interleaved = dim.layout()
+            sizes.append(size)
+            cores.append(-count if interleaved else count)  # negative: index % count
         elif isinstance(dim, nc):
             sizes.append(dim.count)
             cores.append(dim.count)
@@ -224,7 +244,7 @@ def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
             sizes.append(int(dim))
             cores.append(1)
     for size, count in zip(sizes, cores, strict=True):
-        if size % count:
+        if size % abs(count):
             raise InvalidArgumentError(f"a launch-grid dimension of {size} instances cannot be split "
                                        f"evenly over {count} NeuronCores")
     return sizes, cores
@@ -233,7 +253,7 @@ def _grid_shape(grid: tuple) -> tuple[list[int], list[int]]:
 def _core_of(index, sizes, cores) -> int:
     core = 0
     for i, size, count in zip(index, sizes, cores, strict=True):
-        core = core * count + (i * count) // size
+        core = core * abs(count) + (i % -count if count < 0 else (i * count) // size)
     return core
 
 

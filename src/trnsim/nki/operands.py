@@ -45,6 +45,8 @@ def wider(*dtypes: DType) -> DType:
 def mask_of(mask) -> Predicate | None:
     if mask is None:
         return None
+    if isinstance(mask, (bool, np.bool_)):  # a condition known at trace time
+        return None if mask else Predicate.never()
     if not isinstance(mask, Predicate):
         raise InvalidArgumentError("mask= takes a predicate over index tiles, e.g. "
                                    "(i_p < 64) & (i_f < 256)")

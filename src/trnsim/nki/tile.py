@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory
-from trnsim.nki.indexing import DynSlice, IndexExpr, Predicate
+from trnsim.nki.indexing import DynSlice, Grid, IndexExpr, MaskedOut, Predicate
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
 
@@ -74,6 +74,9 @@ class Tile:
     """An NKI tensor/tile view. Kernels get these for their arguments and from nl/nisa calls."""
 
     __array_priority__ = 1000
+    # (index tile [P, 1], step in elements): an HBM view whose partition p is row index[p] of
+    # the indexed dimension (legacy `t[idx_tile, i_f]`; the current API's vector_offset)
+    _vector: tuple | None = None
 
     def __init__(self, trace: Trace, storage: Storage | None, axes: tuple[Axis, ...], dtype: DType,
                  poffset: int = 0, foffset: int = 0, pending: Pending | None = None,
@@ -175,7 +178,11 @@ class Tile:
     _just_written = False
 
     # --- reshaping and reinterpretation ---------------------------------------------------------
-    def reshape(self, *shape) -> Tile:
+    def reshape(self, *shape, **kwargs) -> Tile:
+        if "shape" in kwargs:  # t.reshape(shape=(...)), as the legacy API also accepts
+            shape = (kwargs.pop("shape"),)
+        if kwargs or not shape:
+            raise InvalidArgumentError(f"reshape takes a shape; got {shape} {kwargs}")
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         self.placed()
         return reshape_view(self, tuple(int(s) for s in shape))
@@ -183,6 +190,12 @@ class Tile:
     def view(self, dtype) -> Tile:
         self.placed()
         return dtype_view(self, as_dtype(dtype))
+
+    def broadcast_to(self, shape) -> Tile:
+        """t.broadcast_to(shape): nl.broadcast_to(t, shape)."""
+        from trnsim.nki.language.memory import broadcast_to
+
+        return broadcast_to(self, shape=shape)
 
     def ap(self, pattern, offset: int = 0, dtype=None) -> Tile:
         """The current API's explicit access pattern: [[stride, size], ...], partition first."""
@@ -252,6 +265,8 @@ class Tile:
     def access(self, predicate: Predicate | None = None,
                tags: tuple[int | None, ...] | None = None) -> AccessPattern:
         """This view as an instruction operand, shrunk by a mask predicate."""
+        if predicate is not None and predicate.empty:
+            raise MaskedOut
         view = self if predicate is None else masked_view(self, predicate, tags)
         _run_checks(self, predicate)
         return to_access_pattern(view)
@@ -264,7 +279,7 @@ class Tile:
 # --- view algebra ---------------------------------------------------------------------------------
 
 def _normalise_key(key, rank: int) -> list:
-    key = list(key) if isinstance(key, tuple) else [key]
+    key = list(key) if isinstance(key, (tuple, Grid)) else [key]  # t[nl.mgrid[0:128, 0:512]]
     if any(k is Ellipsis for k in key):
         at = key.index(Ellipsis)
         key[at:at + 1] = [slice(None)] * (rank - len(key) + 1)
@@ -280,10 +295,13 @@ def index_view(tile: Tile, key) -> Tile:
     advanced: dict[int, Axis] = {}
     checks = list(tile._checks)
     rank = 0
+    vector = None
     for dim, (axis, part) in enumerate(zip(tile._axes, parts, strict=True)):
         if isinstance(part, Tile):
-            raise InvalidArgumentError("indexing a tile with another tile (dynamic indexing) is not "
-                                       "supported by this front end; use nl.arange/mgrid index tiles")
+            vector = _vector_index(tile, part, axis, vector)
+            advanced[0] = Axis(part.shape[0], 0, 0, part._axes[0].tag)
+            rank = max(rank, min(part.ndim, 2))
+            continue
         if isinstance(part, DynSlice):
             part = part.as_slice()
         if isinstance(part, slice):
@@ -319,8 +337,27 @@ def index_view(tile: Tile, key) -> Tile:
             poffset += index * axis.pstep
             foffset += index * axis.fstep
     axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
-    return type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
-                name=tile.name, checks=tuple(checks))
+    if len(axes) == 1 and axes[0].pstep and tile._storage.memory is not Memory.HBM:
+        axes.append(Axis(1))  # t[:, j] of an on-chip tile is the column [P, 1], as NKI keeps it
+    view = type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
+                      name=tile.name, checks=tuple(checks))
+    if vector is not None:
+        view._vector = vector
+    return view
+
+
+def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:
+    """`hbm[idx, ...]` with an on-chip integer index tile [P, 1]: partition p of the view is
+    row idx[p] of that dimension, gathered or scattered by DMA (dynamic, indirect addressing)."""
+    if tile._storage.memory is not Memory.HBM or tile._vector is not None or earlier is not None:
+        raise InvalidArgumentError("an index tile can index one dimension of an HBM tensor (a DMA "
+                                   "gather / scatter); use nl.arange/mgrid index tiles on chip")
+    index = tile._trace.read_ready(index)
+    if index._storage.memory is Memory.HBM or not index.dtype_spec.is_int or \
+            index.size != index.shape[0]:
+        raise InvalidArgumentError(f"an index tile must be an on-chip integer tile [P, 1]; got "
+                                   f"{index.buffer} {index.dtype_spec.name}{list(index.shape)}")
+    return (index, axis.fstep)
 
 
 def _run_checks(tile: Tile, predicate: Predicate | None) -> None:
@@ -345,12 +382,20 @@ def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] |
     """Shrink axes whose arange the predicate bounds. Untagged axes take `tags` by position."""
     axes = list(tile._axes)
     poffset, foffset = tile._poffset, tile._foffset
+    by_position = {b.axis.position: b for b in predicate.bounds.values()
+                   if b.axis.ndim == len(axes)}
     for i, axis in enumerate(axes):
         tag = axis.tag if axis.tag is not None else (tags[i] if tags and i < len(tags) else None)
         bound = predicate.bounds.get(tag) if tag is not None else None
+        if bound is None and tag is None:
+            # a sliced axis: the mask's index tile at the same position of the same rank bounds
+            # it (the compiler turns slices into index tiles of the instruction's iteration space)
+            bound = by_position.get(i)
         if bound is None:
             continue
         low, high = bound.low, min(bound.high, axis.size)
+        if high <= low:
+            raise MaskedOut
         poffset += low * axis.pstep
         foffset += low * axis.fstep
         axes[i] = replace(axis, size=max(high - low, 0))

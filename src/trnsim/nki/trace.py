@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,8 +23,15 @@ from math import prod
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
+from trnsim.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    TrnsimError,
+    UndefinedBehaviourWarning,
+)
 from trnsim.isa import Instruction, Memory, ProgramBuilder
+from trnsim.nki import legalise
+from trnsim.nki.indexing import MaskedOut
 from trnsim.nki.tile import Axis, Pending, Storage, Tile
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
@@ -72,6 +80,8 @@ def api(label: str):
             trace.label, trace.source = label, user_location()
             try:
                 return fn(*args, **kwargs)
+            except MaskedOut:  # its mask selects nothing: the compiler drops the instruction
+                return None
             except TrnsimError as error:
                 raise error.at(trace.source) from None
             finally:
@@ -188,6 +198,10 @@ class Trace:
         # instance allocates is the i-th one the first instance allocated.
         self.shared_outputs: list[tuple[str, tuple[int, ...], DType]] = []
         self.output_cursor = 0
+        self.written_inputs: set[str] = set()  # kernel arguments the kernel writes
+        self._written_onchip: set[str] = set()  # SBUF/PSUM tiles some instruction has written
+        self._warned: set[tuple] = set()
+        self._psum_spans: dict[str, list] = {}  # PSUM byte ranges written, per tile
 
     # --- dtypes as users see them ---------------------------------------------------------------
     def user_dtype(self, dt: DType):
@@ -206,9 +220,17 @@ class Trace:
 
     def emit_now(self, cls: type[Instruction], **fields) -> Instruction:
         instruction = cls(source=self.source, label=self.label or "", **fields)
-        instruction.check(self.core)
-        self.builder.emit(instruction)
-        return instruction
+        steps = legalise.staged(self, instruction, fields)
+        if steps is None:
+            instruction.check(self.core)
+            self.note_accesses(instruction)
+            self.builder.emit(instruction)
+            return instruction
+        for step in steps:  # the compiler's staging copies around the instruction
+            step.check(self.core)
+            self.note_accesses(step)
+            self.builder.emit(step)
+        return next(s for s in steps if type(s) is type(instruction) and s.label == instruction.label)
 
     def defer(self, shape: tuple[int, ...], dtype, emit: Callable[[Tile, bool], None], *,
               buffer: str = "sbuf",
@@ -233,18 +255,55 @@ class Trace:
         dst = self.allocate(tile.shape, tile.dtype_spec, tile._pending.buffer, name=tile.name)
         self._place(tile, dst)
 
-    def _place(self, tile: Tile, dst: Tile) -> None:
+    def _place(self, tile: Tile, dst: Tile) -> bool:
+        """Emit a pending result into dst; False if its mask selected nothing (not emitted)."""
         pending = tile._pending
         if self.pending is tile:
             self.pending = None
         label, source = self.label, self.source
         self.label = tile._pending_label or label
         self.source = tile._pending_source or source
+        emitted = True
         try:
             pending.emit(dst, pending.accumulate)
+        except MaskedOut:
+            emitted = False
         finally:
             self.label, self.source = label, source
         tile._become(dst)
+        return emitted
+
+    def note_accesses(self, instruction: Instruction) -> None:
+        """Warn (once per line and tile) where the kernel reads on-chip memory nothing has
+        written, or accumulates into PSUM nothing has written: undefined in the NKI docs, NaN
+        here, as AWS's simulator warns."""
+        inner = getattr(instruction, "inner", instruction)
+        accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
+        written = inner.writes()  # a destination listed as read keeps what it does not write
+        for ap, what in [*((ap, "reads") for ap in inner.reads() if ap not in written),
+                         *([(accumulating, "accumulates into")] if accumulating else [])]:
+            if ap.memory is Memory.HBM or not ap.tensor or ap.tensor in self._written_onchip:
+                continue
+            key = (instruction.source, ap.tensor)
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(UndefinedBehaviourWarning(
+                    f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
+                    f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
+                    f"the simulated values are NaN)"), stacklevel=2)
+        for ap in written:
+            if ap.memory is not Memory.HBM:
+                self._written_onchip.add(ap.tensor)
+            if ap.memory is Memory.PSUM:
+                self._psum_spans.setdefault(ap.tensor, []).append(_span(ap))
+
+    def psum_written(self, tile: Tile) -> bool:
+        """Has any instruction written bytes of this PSUM view? (`psum += matmul` into bytes
+        nothing wrote starts an accumulation group: the compiler's inferred accumulate flag,
+        "first write overwrites, subsequent writes accumulate".)"""
+        ap = tile.access()
+        span = _span(ap)
+        return any(_overlap(span, other) for other in self._psum_spans.get(ap.tensor, ()))
 
     # --- assignment -----------------------------------------------------------------------------
     def assign(self, dst: Tile, value) -> None:
@@ -278,8 +337,11 @@ class Trace:
             if dst.buffer != "psum":
                 raise InvalidArgumentError("matmul results accumulate in PSUM: `+=` a matmul into a "
                                            f"{dst.buffer} tile is not supported")
-            value._pending.accumulate = self._claim_zeros(dst) != "fresh"
-            self._place(value, dst)
+            zeros = list(dst._storage.zero_ranges)
+            value._pending.accumulate = (self._claim_zeros(dst) != "fresh"
+                                         and self.psum_written(dst))
+            if not self._place(value, dst):
+                dst._storage.zero_ranges = zeros  # masked out: nothing was written
             return
         from trnsim.nki.language import elementwise
 
@@ -321,9 +383,10 @@ class Trace:
         return "zeroed"
 
     def _check_writable(self, dst: Tile) -> None:
-        if dst._storage.is_input:
-            raise InvalidArgumentError(f"kernel input {dst._storage.name!r} is read-only; write results "
-                                       f"to a tensor allocated with buffer=nl.shared_hbm and return it")
+        """Kernels may write their HBM arguments (the legacy tests' style: results land in an
+        argument array); the run copies such inputs back to the caller's arrays."""
+        if dst._storage is not None and dst._storage.is_input:
+            self.written_inputs.add(dst._storage.name)
 
     def read_ready(self, tile: Tile) -> Tile:
         """Prepare a tile for reading: place pending results, zero-fill untouched PSUM zeros."""
@@ -470,3 +533,12 @@ def _hbm_axes(shape: tuple[int, ...]) -> tuple[Axis, ...]:
         step *= size
     return tuple(reversed(axes))
 
+
+def _span(ap) -> tuple[int, int, int, int]:
+    p0, p1 = ap.partition_range()
+    lo, hi = ap.byte_span()
+    return p0, p1, lo, hi
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]

@@ -47,7 +47,6 @@ class CurrentTrace(Trace):
         self._register_ids = itertools.count()
         self._register_offsets: dict[AccessPattern, tuple[int, int, bool]] = {}
         self._accumulating: list[tuple[int, int, int, int]] = []
-        self.written_inputs: set[str] = set()
         self.no_reorder_depth = 0
         self.allow_vector_offset = False  # set while nisa.dma_copy lowers a gather/scatter
 
@@ -69,6 +68,7 @@ class CurrentTrace(Trace):
         self._register_offsets.clear()
         instruction = cls(source=self.source, label=self.label or "", **fields)
         instruction.check(self.core)
+        self.note_accesses(instruction)
         if offsets:
             instruction = RegisterAddressed(inner=instruction, offsets=tuple(offsets),
                                             skip_out_of_bounds=skip, source=self.source,

@@ -41,7 +41,6 @@ from trnsim.nki.isa.legacy import (
     reciprocal,
     scalar_tensor_tensor,
     select_reduce,
-    sequence_bounds,
     tensor_copy,
     tensor_copy_dynamic_dst,
     tensor_copy_dynamic_src,
@@ -53,6 +52,7 @@ from trnsim.nki.isa.legacy import (
     tensor_tensor,
     tensor_tensor_scan,
 )
+from trnsim.nki.isa.legacy_more import sequence_bounds, tensor_scalar_cumulative
 from trnsim.nki.language.dtypes import fp32
 
 constants = None  # replaced below: nisa.constants.engine etc.

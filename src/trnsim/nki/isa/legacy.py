@@ -417,7 +417,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=0, dge_mode=3, **
     if dst_rmw_op is not None and not accumulate:
         raise InvalidArgumentError("dma_copy dst_rmw_op supports add only")
     trace.flush()
-    lowering.dma_copy(target, source, accumulate=accumulate, predicate=pm, tags=source.tags)
+    skip = getattr(oob_mode, "name", oob_mode) in ("skip", 1)
+    lowering.dma_copy(target, source, accumulate=accumulate, predicate=pm, tags=source.tags,
+                      skip_out_of_bounds=skip)
 
 
 @api("nisa.dma_transpose")
@@ -492,5 +494,4 @@ def _unsupported(name: str):
 
 tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
 tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
-sequence_bounds = _unsupported("sequence_bounds")
 builtin_custom_op = _unsupported("builtin_custom_op")

@@ -11,12 +11,15 @@ axis of an untagged operand belongs to when the mask shrinks it.
 
 from __future__ import annotations
 
+from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
+    AccessPattern,
     Activation,
     AffineSelect,
     BnAggr,
     BnStats,
     DmaCopy,
+    DmaIndirect,
     DmaTranspose,
     Dropout,
     FindIndex8,
@@ -26,6 +29,7 @@ from trnsim.isa import (
     LocalGather,
     MatchReplace8,
     Max8,
+    Memory,
     Memset,
     MultiplyMoving,
     RangeSelect,
@@ -205,9 +209,40 @@ def local_gather(dst: Tile, src: Tile, index: Tile, *, elems_per_index: int = 1,
 
 
 def dma_copy(dst: Tile, src: Tile, *, accumulate: bool = False, queue: int | None = None,
-             predicate=None, tags=None) -> None:
+             predicate=None, tags=None, skip_out_of_bounds: bool = False) -> None:
+    if dst._vector is not None or src._vector is not None:
+        indirect_dma(dst, src, accumulate=accumulate, predicate=predicate, tags=tags,
+                     skip_out_of_bounds=skip_out_of_bounds)
+        return
     emit(DmaCopy, dst=access(dst, predicate, tags), src=access(src, predicate, tags),
          accumulate=accumulate, queue=queue)
+
+
+def indirect_dma(dst: Tile, src: Tile, *, accumulate: bool = False, predicate=None, tags=None,
+                 skip_out_of_bounds: bool = False) -> None:
+    """A gather (src indexed by an index tile, one row per partition) or scatter (dst indexed)
+    by DMA: `trnsim.isa.DmaIndirect`. A mask cuts the index tile's partitions as the data's."""
+    from trnsim.isa.access import MAX_FREE_SIZE
+
+    if dst._vector is not None and src._vector is not None:
+        raise InvalidArgumentError("a DMA can index only one side with an index tile")
+    indexed = "src" if src._vector is not None else "dst"
+    side = src if indexed == "src" else dst
+    index, step = side._vector
+    trace = current_trace()
+    index = trace.read_ready(index)
+    index_view = Tile(trace, index._storage, (index._axes[0], type(index._axes[0])(1)),
+                      index.dtype_spec, index._poffset, index._foffset, name=index.name)
+    tags = tags if tags is not None else side.tags
+    decl = trace.builder.program.tensors[side._storage.name]
+    dtype = side.dtype_spec
+    elements = decl.nbytes // dtype.itemsize
+    cols = next(c for c in range(min(elements, MAX_FREE_SIZE), 0, -1) if elements % c == 0)
+    extent = AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=elements // cols,
+                           partition_step=cols, dims=((1, cols),), tensor=decl.name)
+    emit(DmaIndirect, dst=access(dst, predicate, tags), src=access(src, predicate, tags),
+         index=access(index_view, predicate, (*tags[:1], None)), indexed=indexed, row_step=int(step),
+         extent=extent, skip_out_of_bounds=skip_out_of_bounds, accumulate=accumulate)
 
 
 def dma_transpose(dst: Tile, src: Tile, predicate=None) -> None:

@@ -31,13 +31,30 @@ class nc:
 
     count: int
 
+    def __mul__(self, size: int) -> spmd_dim:  # nl.nc(2) * 2 is nl.spmd_dim(nl.nc(2), 2)
+        return spmd_dim(self, size)
+
+    def __rmul__(self, size: int) -> spmd_dim:  # 2 * nl.nc(2) is nl.spmd_dim(2, nl.nc(2))
+        return spmd_dim(size, self)
+
 
 @dataclass(frozen=True)
 class spmd_dim:
-    """kernel[nl.spmd_dim(4, nl.nc(2))]: a grid dimension of `size`, sharded over NeuronCores."""
+    """A grid dimension spread over NeuronCores: ``spmd_dim(n, nc(k))`` has n*k instances, core
+    = index % k (the cores interleave); ``spmd_dim(nc(k), n)`` has k*n, core = index // n (each
+    core takes a contiguous block). An int placement k (older form) means n instances over k
+    cores in blocks."""
 
-    size: int
+    size: int | nc
     placement: nc | int | None = None
+
+    def layout(self) -> tuple[int, int, bool]:
+        """(instances, cores, interleaved)."""
+        if isinstance(self.size, nc):
+            return self.size.count * int(self.placement or 1), self.size.count, False
+        if isinstance(self.placement, nc):
+            return int(self.size) * self.placement.count, self.placement.count, True
+        return int(self.size), int(self.placement or 1), False
 
 
 def split_shape(shape) -> tuple[tuple[int, ...], int]:

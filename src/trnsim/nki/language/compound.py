@@ -300,7 +300,20 @@ def rand(shape, dtype="float32", **kwargs):
 
 @api("nl.loop_reduce")
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
-    raise InvalidArgumentError("nl.loop_reduce is not supported; accumulate explicitly (acc += x)")
+    """dst = op(x, dst) where the result is assigned: the destination is also op's right-hand
+    input, so over the loop it reduces every iteration's x (nl docs: a tensor_tensor of the
+    destination with x)."""
+    trace = current_trace()
+    data = tile_arg(x, "nl.loop_reduce x")
+    predicate = mask_of(mask)
+    name = alu_op(op).name
+    tags = data.tags
+
+    def emit(dst: Tile, accumulate: bool = False) -> None:
+        trace.emit_now(TensorTensor, dst=dst.access(predicate, tags),
+                       in0=data.access(predicate, tags), in1=dst.access(predicate, tags), op=name)
+
+    return trace.defer(data.shape, resolve_dtype(dtype) or data.dtype_spec, emit, tags=tags)
 
 
 def scalar_or_tile(value):

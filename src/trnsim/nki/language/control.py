@@ -89,8 +89,21 @@ def all_reduce(*args, **kwargs):
                            "with the current NKI API")
 
 
-def gather_flattened(*args, **kwargs):
-    raise UnsupportedError("nl.gather_flattened is not supported by trnsim yet")
+@api("nl.gather_flattened")
+def gather_flattened(data, indices, *, axis=0, dtype=None, mask=None, **kwargs):
+    """result[p, j] = data[p, indices[p, j]] over data's flattened free dims, per partition
+    (GpSimd's gather: `trnsim.isa.NGather`)."""
+    from trnsim.isa import NGather
+
+    trace = current_trace()
+    src, index = tile_arg(data, "nl.gather_flattened data"), tile_arg(indices, "indices")
+    if src.dtype_spec.name != (dtype or src.dtype_spec.name):
+        raise InvalidArgumentError("nl.gather_flattened returns data's dtype")
+
+    def emit(dst, accumulate: bool = False) -> None:
+        trace.emit_now(NGather, dst=dst.access(), src=src.access(), indices=index.access())
+
+    return trace.defer(index.shape, src.dtype_spec, emit)
 
 
 def expand_dims(data, axis):

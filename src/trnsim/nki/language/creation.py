@@ -3,6 +3,8 @@ shared_identity_matrix."""
 
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError
@@ -29,7 +31,9 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs) -> Tile:
     plain, par_axis = split_shape(shape)
     offset = None
     if isinstance(buffer, Placement):  # ncc.sbuf.mod_alloc(base_addr=...): manual placement
-        buffer, offset = buffer.buffer, buffer.base_offset
+        free = [n for i, n in enumerate(plain) if i != par_axis]
+        block_bytes = prod(free[par_axis:]) * resolve_dtype(dtype).itemsize
+        buffer, offset = buffer.buffer, buffer.offset_for(par_axis, plain[par_axis], block_bytes)
     return current_trace().allocate(plain, resolve_dtype(dtype), _buffer(buffer), name=name,
                                     par_axis=par_axis, offset=offset)
 

@@ -49,27 +49,67 @@ def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
     if is_scalar(x) or is_scalar(y):
         scalar_first = is_scalar(x)
         data = tile_arg(y if scalar_first else x, f"nl.{name} operand")
-        scalar = float(x if scalar_first else y)
-        return _tensor_scalar(trace, name, data, scalar, scalar_first, out_dtype, predicate)
+        raw = x if scalar_first else y
+        if out_dtype is None and not data.dtype_spec.is_float and _is_float_scalar(raw):
+            out_dtype = as_dtype("float32")  # (integer, float): pick the float type
+        return _tensor_scalar(trace, name, data, float(raw), scalar_first, out_dtype, predicate)
     a, b = tile_arg(x, f"nl.{name} operand"), tile_arg(y, f"nl.{name} operand")
-    if a.shape != b.shape:
-        if _is_column(b, a):
-            return _tensor_scalar(trace, name, a, b, False, out_dtype, predicate)
-        if _is_column(a, b):
-            return _tensor_scalar(trace, name, b, a, True, out_dtype, predicate)
-        if a.size != b.size or a.shape[0] != b.shape[0]:
-            raise InvalidArgumentError(
-                f"nl.{name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast on "
-                f"NeuronCore engines (the partition dimensions must match; free-axis broadcasting "
-                f"needs a [P, 1] operand)")
-    tags = a.tags
     result_dtype = out_dtype or _default_dtype(name, a.dtype_spec, b.dtype_spec)
+    if a.shape != b.shape and a.size != b.size:
+        a, b = (_across_partitions(name, t, a, b) for t in (a, b))
+        if _is_column(b, a):
+            return _tensor_scalar(trace, name, a, b, False, result_dtype, predicate)
+        if _is_column(a, b):
+            return _tensor_scalar(trace, name, b, a, True, result_dtype, predicate)
+        shape = _broadcast_shape(name, a, b)
+        a, b = broadcast_view(a, shape), broadcast_view(b, shape)
+    elif a.shape != b.shape and a.shape[0] != b.shape[0]:
+        _broadcast_shape(name, a, b)  # same size, different partitions: refuse by name
+    tags = a.tags
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
         trace.emit_now(TensorTensor, dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
                        in1=b.access(predicate, tags), op=name)
 
     return trace.defer(a.shape, result_dtype, emit, tags=tags)
+
+
+def _broadcast_shape(name: str, a: Tile, b: Tile) -> tuple[int, ...]:
+    try:
+        if a.ndim != b.ndim:
+            raise ValueError
+        return tuple(int(n) for n in np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"nl.{name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast (same rank, "
+            f"each dimension equal or 1)") from None
+
+
+def _across_partitions(name: str, tile: Tile, a: Tile, b: Tile) -> Tile:
+    """A [1, F] operand of a [P, F] operation, copied to P partitions first: engines keep
+    partitions, so the compiler broadcasts with TensorE (nl.broadcast_to's matmul with ones)."""
+    partitions = max(a.shape[0], b.shape[0])
+    if tile.shape[0] != 1 or partitions == 1:
+        return tile
+    if tile.ndim != 2:
+        raise InvalidArgumentError(f"nl.{name}: broadcasting a {list(tile.shape)} tile across "
+                                   f"partitions needs a 2-D [1, F] tile")
+    from trnsim.nki.language.memory import broadcast_to
+
+    return tile_arg(broadcast_to(tile, shape=(partitions, tile.shape[1])), f"nl.{name} operand")
+
+
+def broadcast_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
+    """The tile read with a stride of 0 along its size-1 free axes (a free-axis broadcast is
+    part of an engine's access pattern)."""
+    if tile.shape == shape:
+        return tile
+    from trnsim.nki.tile import Axis
+
+    axes = tuple(Axis(n, ax.pstep, ax.fstep if s == n else 0, ax.tag)
+                 for ax, s, n in zip(tile._axes, tile.shape, shape, strict=True))
+    return type(tile)(tile._trace, tile._storage, axes, tile.dtype_spec, tile._poffset,
+                      tile._foffset, name=tile.name)
 
 
 def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype, predicate) -> Tile:
@@ -82,6 +122,12 @@ def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype
                        op0=op, operand0=value, reverse0=reverse)
 
     return trace.defer(data.shape, result_dtype, emit, tags=tags)
+
+
+def _is_float_scalar(value) -> bool:
+    """NKI type promotion ("weakly typed scalar type inference", nki.api.shared): a Python float
+    is float32, so an integer tile op a float scalar gives float32 (the (float, integer) rule)."""
+    return isinstance(value, (float, np.floating))
 
 
 def activation(func: str, x, *, dtype=None, mask=None, scale=1.0, bias=None) -> Tile:

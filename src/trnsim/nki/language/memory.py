@@ -3,6 +3,8 @@ fills that assignments turn into."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
     DmaCopy,
@@ -13,6 +15,7 @@ from trnsim.isa import (
     MultiplyMoving,
     TensorCopy,
 )
+from trnsim.nki.isa import lowering
 from trnsim.nki.operands import mask_of, resolve_dtype, tile_arg
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
@@ -35,7 +38,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> Tile:
     trace = current_trace()
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(DmaCopy, dst=dst.access(predicate, tags), src=src.access(predicate, tags))
+        lowering.dma_copy(dst, src, predicate=predicate, tags=tags)
 
     return trace.defer(src.shape, out_dtype, emit, tags=tags)
 
@@ -48,8 +51,15 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     trace = current_trace()
     trace._check_writable(dst)
     predicate = mask_of(mask)
+    if isinstance(value, (int, float, np.number, bool)):
+        # a constant (the docs: "effectively a memset"): fill an SBUF tile, then DMA it
+        shape = dst.shape if len(dst.shape) >= 2 else (1, *dst.shape)
+        staged = trace.allocate(shape, dst.dtype_spec, "sbuf", name="store_constant")
+        trace.flush()
+        fill(staged, float(value))
+        value = staged if len(dst.shape) >= 2 else staged.reshape(*dst.shape)
     if not isinstance(value, Tile):
-        raise InvalidArgumentError("nl.store stores a tile; fill a tile first to store a constant")
+        raise InvalidArgumentError(f"nl.store stores a tile or a number; got {type(value).__name__}")
     value = tile_arg(value, "nl.store value")
     if value.buffer == "psum":
         staged = trace.allocate(value.shape, value.dtype_spec, "sbuf", name=f"{value.name}_sb")
@@ -57,7 +67,8 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
                    src=value.access(predicate, value.tags))
         value = staged
     tags = dst.tags if any(t is not None for t in dst.tags) else value.tags
-    trace.emit(DmaCopy, dst=dst.access(predicate, tags), src=value.access(predicate, tags))
+    trace.flush()
+    lowering.dma_copy(dst, value, predicate=predicate, tags=tags)
 
 
 @api("nl.load_transpose2d")
@@ -113,7 +124,7 @@ def fill(dst: Tile, value: float) -> None:
 
 
 @api("nl.broadcast_to")
-def broadcast_to(src, *, shape, **kwargs) -> Tile:
+def broadcast_to(src, shape, **kwargs) -> Tile:
     """Broadcast along the free axes (a stride-0 copy) and/or from one partition to many (a
     TensorE matmul with a row of ones, the standard way to cross partitions)."""
     src = tile_arg(src, "nl.broadcast_to source")

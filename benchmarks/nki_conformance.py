@@ -1,0 +1,199 @@
+"""Do public NKI kernels run unmodified under trnsim? Conformance over AWS's own test suites.
+
+Runs, file by file, the Neuron documentation's NKI API tests (`nki/test/` of a checkout of
+aws-neuron/aws-neuron-sdk) and nki-samples' unit tests (`test/unit/` of a checkout of
+aws-neuron/nki-samples, with `--simulation-only` as its CI runs them), each under
+`python -m trnsim.run -m pytest` in a subprocess with a timeout, and prints JSON: per file the
+passed / failed / error counts with the first line of each failure, and per suite the totals.
+
+    PYTHONPATH=src python benchmarks/nki_conformance.py /work/ext/aws-neuron-sdk /work/ext/nki-samples
+
+A test that fails for a reason outside trnsim (a package the test needs that is not installed, a
+bug in the sample itself, a measurement only hardware can make) is listed under `excluded` with
+the reason and is not counted; the reasons live in EXTERNAL below, one entry per test, each saying
+why. Neither repository's code is copied into trnsim: the checkouts are read where they lie.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+TRNSIM_SRC = Path(__file__).resolve().parents[1] / "src"
+
+# (suite, file, test-name pattern) -> why the failure is not trnsim's. A pattern matches the
+# junit test name (with parameters) from its start.
+EXTERNAL: dict[tuple[str, str, str], str] = {
+    ("documentation", "test_nki_isa_activation.py", "test_activation"):
+        "the test compares a dtype=nl.bfloat16 activation result with an fp32 golden at "
+        "np.allclose's default rtol=1e-5; bfloat16 keeps 8 significant bits (error up to 2^-9)",
+    ("documentation", "test_nki_isa_nc_match_replace8.py", "test_nc_match_replace_indices8_mask"):
+        "the kernel writes mask=(ix < n // 2 and iy < m // 2): Python's `and` drops the first "
+        "comparison (NKI masks combine with &); trnsim refuses a predicate used as a bool",
+    ("documentation", "test_nki_isa_range_select.py", "test_range_select_example"):
+        "the kernel returns SBUF tiles (`return result, reduce_result`); NKI kernels return HBM "
+        "tensors",
+    ("nki-samples", "test_SD_attention_small_head.py", "test_"):
+        "the test's numpy reference imports scipy, which is not installed (not a trnsim package)",
+    ("nki-samples", "test_allocated_SD_attention_small_head.py", "test_"):
+        "the test's numpy reference imports scipy, which is not installed (not a trnsim package)",
+    ("nki-samples", "test_double_row_matmul.py", "test_"):
+        "the test's get_target_string() calls warnings.warn without importing warnings "
+        "(NameError) when /sys/devices/virtual/dmi/id/product_name is absent; where the file "
+        "exists and is not trn2 the test returns before running the kernel",
+}
+
+
+def external_reason(suite: str, file: str, test: str) -> str | None:
+    for (s, f, pattern), reason in EXTERNAL.items():
+        if s == suite and f == file and re.match(pattern, test):
+            return reason
+    return None
+
+
+def first_line(text: str) -> str:
+    """The line of a pytest failure that says what went wrong (`E   ...`), else the first one."""
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("E "):
+            return ln[1:].strip()[:300]
+    return (lines[-1] if lines else "").strip()[:300]
+
+
+def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpath: list[Path],
+             timeout_s: float) -> dict:
+    """Run one test file under trnsim; count outcomes from pytest's junit XML."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.xml"
+        env = dict(os.environ)
+        # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
+        # cost more than the tile-sized matmuls they split
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-v", "-p", "no:cacheprovider",
+               f"--junitxml={report}", str(path), *extra_args]
+        start = time.perf_counter()
+        cpu_before = _children_cpu()
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=timeout_s)
+            partial = None
+        except subprocess.TimeoutExpired as expired:
+            proc, partial = None, expired.stdout or ""
+            partial = partial.decode() if isinstance(partial, bytes) else partial
+        seconds = round(time.perf_counter() - start, 1)
+        result = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "seconds": seconds,
+                  "cpu_seconds": round(_children_cpu() - cpu_before, 1),
+                  "failures": [], "excluded": []}
+        if partial is not None:
+            return _timed_out(result, partial, timeout_s)
+        if not report.exists():
+            result["errors"] = 1
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            result["failures"].append({"test": "<file>", "reason": " | ".join(tail)[:300]})
+            return result
+        for case in ET.parse(report).getroot().iter("testcase"):
+            name = case.get("name", "")
+            bad = case.find("failure")
+            outcome = "passed"
+            if bad is None:
+                bad = case.find("error")
+                outcome = "errors" if bad is not None else outcome
+            else:
+                outcome = "failed"
+            if case.find("skipped") is not None:
+                outcome = "skipped"
+            if outcome in ("failed", "errors"):
+                reason = first_line((bad.get("message") or "") + "\n" + (bad.text or ""))
+                why_external = external_reason(suite, path.name, name)
+                if why_external:
+                    result["excluded"].append({"test": name, "reason": why_external,
+                                               "failure": reason})
+                    continue
+                result["failures"].append({"test": name, "reason": reason})
+            result[outcome] += 1
+        return result
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
+    """Count the tests pytest finished before the file's timeout; the one running is an error."""
+    for line in output.splitlines():
+        match = re.match(r"^\S+::(\S+) (PASSED|FAILED|ERROR|SKIPPED)", line)
+        if match:
+            key = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors",
+                   "SKIPPED": "skipped"}[match.group(2)]
+            result[key] += 1
+            if key in ("failed", "errors"):
+                result["failures"].append({"test": match.group(1), "reason": "see pytest output"})
+    result["errors"] += 1
+    result["failures"].append({"test": "<rest of file>",
+                               "reason": f"timed out after {timeout_s} s; later tests not run"})
+    return result
+
+
+def run_suite(suite: str, files: list[Path], cwd: Path, extra_args: list[str],
+              pythonpath: list[Path], timeout_s: float) -> dict:
+    per_file = {}
+    for path in files:
+        per_file[path.name] = run_file(suite, path, cwd, extra_args, pythonpath, timeout_s)
+        print(f"{suite} {path.name}: {per_file[path.name]['passed']} passed, "
+              f"{per_file[path.name]['failed']} failed, {per_file[path.name]['errors']} errors "
+              f"({per_file[path.name]['seconds']} s)", file=sys.stderr)
+    totals = {key: sum(r[key] for r in per_file.values())
+              for key in ("passed", "failed", "errors", "skipped")}
+    totals["excluded"] = sum(len(r["excluded"]) for r in per_file.values())
+    counted = totals["passed"] + totals["failed"] + totals["errors"]
+    totals["pass_rate"] = round(totals["passed"] / counted, 3) if counted else None
+    totals["seconds"] = round(sum(r["seconds"] for r in per_file.values()), 1)
+    totals["cpu_seconds"] = round(sum(r["cpu_seconds"] for r in per_file.values()), 1)
+    return {"files": per_file, "totals": totals}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sdk", type=Path, help="checkout of aws-neuron/aws-neuron-sdk")
+    parser.add_argument("samples", type=Path, help="checkout of aws-neuron/nki-samples")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test file")
+    parser.add_argument("--only", default="", help="run only files whose name contains this")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    docs_dir = args.sdk / "nki" / "test"
+    samples_dir = args.samples / "test" / "unit"
+    suites = {}
+    for suite, directory, extra, path in (
+            ("documentation", docs_dir, [], [TRNSIM_SRC, docs_dir]),
+            ("nki-samples", samples_dir, ["--simulation-only"],
+             [TRNSIM_SRC, args.samples / "src"])):
+        if not directory.is_dir():
+            parser.error(f"{directory} is not a directory")
+        files = sorted(p for p in directory.glob("test_*.py") if args.only in p.name)
+        suites[suite] = run_suite(suite, files, directory, extra, path, args.timeout)
+    print(json.dumps({
+        "command": "python benchmarks/nki_conformance.py " + " ".join(
+            str(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "sdk": str(args.sdk), "samples": str(args.samples),
+        "suites": suites,
+        "totals": {name: s["totals"] for name, s in suites.items()},
+        "wall_seconds": round(time.perf_counter() - start, 1),
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
