@@ -168,7 +168,8 @@ class MultiplyMovingMx(Instruction):
         moving = dequantize(state, self.moving, self.scale)
         if stationary is None or stationary.shape[0] != moving.shape[0]:
             self.fail(InvalidArgumentError(f"{self.name}: no matching MX stationary tile loaded"))
-        result = np.matmul(stationary.T, moving, dtype=np.float32).reshape(self.dst.shape)
+        result = np.matmul(stationary.astype(np.float32, copy=False).T,
+                           moving.astype(np.float32, copy=False)).reshape(self.dst.shape)
         if self.accumulate:
             state.accumulate(self.dst, result)
         else:

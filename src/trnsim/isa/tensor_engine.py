@@ -153,8 +153,10 @@ class MultiplyMoving(Instruction):
         if stationary.shape[0] != moving.shape[0]:
             self.fail(InvalidArgumentError(f"{self.name}: loaded stationary has K={stationary.shape[0]}, "
                                            f"moving has K={moving.shape[0]}"))
-        result = np.matmul(stationary.T, moving, dtype=np.float32)
-        result = result.reshape(self.dst.shape)
+        # operands are float32 already (`_tensor_input`): plain matmul takes BLAS's fast path,
+        # where ``dtype=`` would run numpy's slower casting loop for the same fp32 products
+        result = np.matmul(stationary.astype(np.float32, copy=False).T,
+                           moving.astype(np.float32, copy=False)).reshape(self.dst.shape)
         if self.accumulate:
             state.accumulate(self.dst, result)
         else:
@@ -171,6 +173,22 @@ class MultiplyMoving(Instruction):
 
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+
+def identity_matmul_transpose(values: np.ndarray) -> np.ndarray:
+    """``values.T @ eye(P)`` in fp32, as NeuronCore-v2's TensorE transposes, without the matmul.
+
+    Output (f, p) sums ``values[q, f] * (q == p)`` over q from a +0 accumulator: it is
+    ``values[p, f] + 0`` (so -0 becomes +0), unless another element of column f is Inf or NaN
+    (``Inf * 0`` is NaN) or values[p, f] is NaN, which make it NaN.
+    """
+    values = values.astype(np.float32, copy=False)
+    result = values.T + np.float32(0.0)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        others = bad.sum(axis=0)[:, None] - bad.T  # non-finite elements of column f but (p, f)
+        result[others > 0] = np.nan
+    return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,10 +221,7 @@ class TensorTranspose(SrcToDst):
             state.write(self.dst, src.T.reshape(self.dst.shape))  # transpose mode: bit exact
             return
         values = state.read_compute(self.src).reshape(self.src.partitions, -1)
-        identity = np.eye(self.src.partitions, dtype=np.float32)
-        with np.errstate(invalid="ignore"):
-            result = np.matmul(values.T, identity, dtype=np.float32)
-        state.write(self.dst, result.reshape(self.dst.shape))
+        state.write(self.dst, identity_matmul_transpose(values).reshape(self.dst.shape))
 
     def cost(self, core) -> Cost:
         p, f = self.src.partitions, self.src.free_size
