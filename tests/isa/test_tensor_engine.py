@@ -99,3 +99,24 @@ def test_tensor_transpose_v2_is_identity_matmul_so_inf_poisons_its_row(state):
     assert np.isnan(got[5]).sum() == 31 and got[5, 3] == np.inf  # 0 * inf = NaN elsewhere
     clean = np.delete(np.arange(16), 5)
     np.testing.assert_array_equal(got[clean], x.T[clean])
+
+
+def test_v2_transpose_equals_the_identity_matmul_it_stands_for():
+    """`identity_matmul_transpose` skips the matmul; its results are those of ``values.T @ I``
+    bit for bit (NaN positions alike; NaN payloads are not modelled), signed zeros included."""
+    from trnsim.isa.tensor_engine import identity_matmul_transpose
+
+    rng = np.random.default_rng(7)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -3e38], np.float32)
+    for trial in range(300):
+        p, f = int(rng.integers(1, 129)), int(rng.integers(1, 129))
+        values = rng.standard_normal((p, f)).astype(np.float32)
+        for _ in range(trial % 5):
+            values[rng.integers(p), rng.integers(f)] = specials[rng.integers(len(specials))]
+        values[:, rng.integers(f)] = -0.0
+        with np.errstate(invalid="ignore"):
+            expected = np.matmul(values.T, np.eye(p, dtype=np.float32), dtype=np.float32)
+        got = identity_matmul_transpose(values)
+        nan = np.isnan(expected)
+        assert np.array_equal(np.isnan(got), nan)
+        assert np.array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])

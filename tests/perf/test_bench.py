@@ -72,6 +72,36 @@ def test_run_case_arithmetic_and_cache(tiny_zoo):
     assert again.cache_hit and again.latency_ms == first.latency_ms
 
 
+def test_a_warm_case_neither_builds_nor_captures_its_model(tiny_zoo, monkeypatch):
+    first = bench.run_matrix((TINY,), ("inf2.xlarge",), (1,))[0]
+    assert not first.cache_hit
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached case built or traced its model")
+
+    monkeypatch.setattr(bench, "build_model", refuse)
+    monkeypatch.setattr("trnsim.runtime.trace", refuse)
+    again = bench.run_matrix((TINY,), ("inf2.xlarge",), (1,))[0]
+    assert again.cache_hit
+    assert {**again.to_dict(), "seconds": 0, "cache_hit": False} == \
+        {**first.to_dict(), "seconds": 0, "cache_hit": False}
+
+
+def test_the_result_key_follows_inputs_options_and_flags(tiny_zoo, monkeypatch):
+    def key(batch=1, seq=32, instance="inf2.xlarge", **options):
+        options = {"auto_cast": None, "auto_cast_type": "bf16", "decode": False, "lnc": None,
+                   "tensor_parallel": 1, **options}
+        return bench.result_key(TINY, batch, seq, instance, **options)
+
+    base = key()
+    assert base == key()
+    variants = [key(batch=2), key(seq=64), key(instance="trn1.2xlarge"), key(decode=True),
+                key(auto_cast="none"), key(tensor_parallel=2)]
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast none")
+    variants.append(key())
+    assert len({base, *variants}) == len(variants) + 1
+
+
 def test_inf1_runs_without_gpsimd_and_is_slower(tiny_zoo):
     results = bench.run_matrix((TINY,), ("inf1.xlarge", "inf2.xlarge"), (1,))
     by = {r.instance: r for r in results}

@@ -31,6 +31,7 @@ from trnsim.isa.instruction import (
     Instruction,
     cycles_to_ns,
     field_names,
+    operand_fields,
     streaming_cost,
 )
 from trnsim.isa.mx import LoadStationaryMx, MultiplyMovingMx, QuantizeMx
@@ -166,6 +167,7 @@ __all__ = [
     "cycles_to_ns",
     "field_names",
     "hbm",
+    "operand_fields",
     "psum",
     "register_ref",
     "row_major_dims",

@@ -42,11 +42,15 @@ class AccessPattern:
     partition_step: int = 0  # HBM only: elements between consecutive partitions
     tensor: str = ""  # HBM tensor name; for SBUF/PSUM an optional label for profiles
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+    # elements per partition, computed once: the simulator's planning and every check and cost
+    # function ask for it (and for nbytes) many times per pattern
+    _free_size: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.memory, self.dtype, self.partitions, self.dims,
                                                 self.offset, self.partition_start,
                                                 self.partition_step, self.tensor)))
+        object.__setattr__(self, "_free_size", prod(size for _, size in self.dims))
 
     def __hash__(self) -> int:
         return self._hash
@@ -63,7 +67,7 @@ class AccessPattern:
     @property
     def free_size(self) -> int:
         """Elements per partition: the N of the engines' cost formulas."""
-        return prod(size for _, size in self.dims)
+        return self._free_size
 
     @property
     def num_elements(self) -> int:

@@ -92,6 +92,19 @@ def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+# Declared field types that never hold an access pattern (`operand_fields` skips them).
+_SCALAR_FIELD_TYPES = frozenset({"str", "str | None", "int", "int | None", "float", "bool", "int | str",
+                                 "Engine", "Engine | None"})
+
+
+@functools.cache
+def operand_fields(cls: type) -> tuple[str, ...]:
+    """The fields of an instruction class that may hold access patterns (alone or in tuples):
+    all but those declared as scalars, so a walk over a program's operands (lowering, liveness)
+    looks at a third of the fields."""
+    return tuple(f.name for f in dataclasses.fields(cls) if str(f.type) not in _SCALAR_FIELD_TYPES)
+
+
 def cycles_to_ns(cycles: float, clock_hz: float) -> float:
     return cycles * 1e9 / clock_hz
 

@@ -9,7 +9,11 @@ throughput with one copy per NeuronCore, and cost per inference.
 Timing does not depend on weight values, so timing-only cases build models with their parameters
 on the meta device (`trnsim.empty_weights`: no memory, no initialisation); `check_numerics`
 builds them properly and compares with eager PyTorch.
-The compile cache keeps programs and reports, so a warm run only captures.
+The compile cache keeps programs and reports; on top of it a case's result is cached under a key
+made of the model's structure (its zoo configuration and the transformers and torch versions that
+build it), its input signature (batch, sequence length, decode), the compile options and
+environment, and trnsim's source, so a warm case neither builds, captures nor lowers the model
+(nor imports torch). `TRNSIM_CACHE_DIR=off` turns both off.
 
 ``decode=True`` times a causal LM per generated token instead (`trnsim.decode_step`): one new
 token per sequence after ``seq`` cached tokens, so throughput is tokens/s and cost per inference
@@ -18,9 +22,14 @@ is cost per token.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
 
 from trnsim import hardware
 from trnsim.perf.zoo import zoo_model
@@ -97,20 +106,32 @@ def build_model(name: str, *, initialise: bool):
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
              decode: bool = False, lnc: int | None = None,
-             tensor_parallel: int = 1, model_type: str | None = None) -> BenchResult:
+             tensor_parallel: int = 1, model_type: str | None = None,
+             build: Callable[[], object] | None = None) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached).
     `decode`: one generated token per sequence after `seq` cached tokens. `lnc`: the logical
     NeuronCore size on instances that have them (Trainium2/3), else ignored.
     `tensor_parallel`: NeuronCores each copy's weights are split over (a model too large for
-    one core), as neuronx-distributed's tp_degree."""
+    one core), as neuronx-distributed's tp_degree. `build`: makes the zoo model when the case is
+    not cached (default: `build_model`); a `model` given is used as is and never cached."""
     from trnsim.runtime import trace
 
     start = time.perf_counter()
     entry = zoo_model(name)
     seq = None if entry.family == "vision" else (seq or entry.default_seq)
     spec = hardware.instance(instance)
-    model = model if model is not None else build_model(name, initialise=check_numerics)
+    key = None
+    if not check_numerics and model is None:
+        key = result_key(name, batch, seq, spec.name, auto_cast=auto_cast,
+                         auto_cast_type=auto_cast_type, decode=decode, lnc=lnc,
+                         tensor_parallel=tensor_parallel, model_type=model_type)
+        cached = cached_result(key)
+        if cached is not None:
+            cached.seconds = time.perf_counter() - start
+            return cached
+    if model is None:
+        model = build() if build is not None else build_model(name, initialise=check_numerics)
     if decode:
         model, inputs = entry.decode_inputs(model, batch, seq)
     else:
@@ -136,7 +157,80 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     if check_numerics:
         result.numerics = _numerics(compiled, model, inputs)
     result.seconds = time.perf_counter() - start
+    if key is not None:
+        _store_result(key, result)
     return result
+
+
+# --- result cache: a warm case skips model building, capture and lowering ---------------------
+_ENVIRONMENT_PREFIXES = ("NEURON_", "TRNSIM_")  # compile flags, visible cores, trnsim switches
+_SOURCE_DIGEST: list[str] = []
+
+
+def result_key(name: str, batch: int, seq: int | None, instance: str, **options) -> str | None:
+    """What decides a zoo case's result: the model's structure (its configuration and the
+    libraries that build and capture it), its inputs' signature, the options, the environment
+    and trnsim's own source. None when the zoo entry does not spell out its configuration."""
+    entry = zoo_model(name)
+    config = getattr(entry.build, "config", None)
+    if config is None:
+        return None
+    versions = {}
+    for package in ("torch", "transformers"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    environment = {k: v for k, v in os.environ.items()
+                   if k.startswith(_ENVIRONMENT_PREFIXES) and k != "TRNSIM_CACHE_DIR"}
+    payload = json.dumps({"model": [entry.name, entry.family, list(entry.build.classes), config],
+                          "inputs": [batch, seq], "instance": instance, "options": options,
+                          "environment": environment, "versions": versions,
+                          "trnsim": _source_digest()}, sort_keys=True, default=repr)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _source_digest() -> str:
+    """A digest of every trnsim source and data file (any of them may change a result)."""
+    if not _SOURCE_DIGEST:
+        from trnsim import __version__
+
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256(__version__.encode())
+        for path in sorted(p for p in root.rglob("*") if p.is_file()
+                           and p.suffix not in (".pyc", ".pyo") and "__pycache__" not in p.parts):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+        _SOURCE_DIGEST.append(h.hexdigest()[:16])
+    return _SOURCE_DIGEST[0]
+
+
+def _result_path(key: str) -> Path | None:
+    from trnsim.runtime.compile import cache_dir
+
+    root = cache_dir()
+    return root / f"bench-{key}.json" if root is not None else None
+
+
+def cached_result(key: str | None) -> BenchResult | None:
+    """The cached result of a case (`result_key`), or None on a miss or an unreadable entry."""
+    path = _result_path(key) if key is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        result = BenchResult(**json.loads(path.read_text()))
+    except (OSError, TypeError, ValueError):
+        return None
+    result.cache_hit = True
+    return result
+
+
+def _store_result(key: str, result: BenchResult) -> None:
+    from trnsim.runtime.compile import write_json
+
+    path = _result_path(key)
+    if path is not None:
+        write_json(path, {**result.to_dict(), "cache_hit": False, "seconds": 0.0})
 
 
 def _numerics(compiled, model, inputs) -> dict:
@@ -175,18 +269,22 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
             entry.require_causal_lm()
     for name, entry in zip(models, entries, strict=True):
         seq = seqs.get(name, entry.default_seq) if isinstance(seqs, dict) else (seqs or entry.default_seq)
-        model = None
+        models_built: list = []
+
+        def built(name=name, models_built=models_built):
+            """The case's model, built once for all its cases, and only if one is not cached."""
+            if not models_built:
+                models_built.append(build_model(name, initialise=check_numerics))
+            return models_built[0]
         for batch in batches:
             for instance in instances:
                 if progress:
                     where = f" context {seq}" if decode else f" seq {seq}"
                     progress(f"{name} batch {batch}" + (where if entry.family != "vision" else "")
                              + (" decode" if decode else "") + f" on {instance}")
-                if model is None:
-                    model = build_model(name, initialise=check_numerics)
                 results.append(run_case(name, batch, seq, instance, auto_cast=auto_cast,
                                         auto_cast_type=auto_cast_type,
-                                        check_numerics=check_numerics, model=model,
+                                        check_numerics=check_numerics, build=built,
                                         decode=decode, lnc=lnc,
                                         tensor_parallel=tensor_parallel,
                                         model_type=model_type))

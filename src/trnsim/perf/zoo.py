@@ -73,6 +73,7 @@ class ZooEntry:
 
 
 def _hf(cls_name: str, config_cls: str, **config):
+    """A builder of `cls_name` from `config_cls(**config)`; `build.config` is that config."""
     def build():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
@@ -82,6 +83,8 @@ def _hf(cls_name: str, config_cls: str, **config):
         cfg = getattr(transformers, config_cls)(**config)
         model = getattr(transformers, cls_name)(cfg)
         return model.eval()
+    build.config = config
+    build.classes = (cls_name, config_cls)
     return build
 
 

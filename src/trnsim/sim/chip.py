@@ -156,7 +156,7 @@ class CoreRun:
         if ins.skip_out_of_bounds and not self._in_bounds(concrete):
             self.position += 1
             return
-        plan = self.scheduler.planner.plan(concrete, self.program)
+        plan = self.scheduler.plan(concrete, self.program)
         not_before = max(self.floor, self.registers.ready(ins.registers_read()))
         self._record(plan, concrete, not_before)
         self.scheduler.concrete[len(self.scheduler.pcs) - 1] = concrete

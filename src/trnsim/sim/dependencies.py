@@ -8,14 +8,17 @@ overlap each other; otherwise the region is the flat byte span. Rectangles are c
 strided patterns (a pattern that reads every other column owns the whole span), as the
 compiler's tile-level tracking is.
 
-Each distinct region keeps the times of its latest accesses:
+Regions are geometry only, numbered in the order they are found (`Region.uid`); the times of
+their latest accesses live in the core's scheduler (`trnsim.sim.scheduler.CoreScheduler`), one
+list entry per region uid, so one planned program can be timed on several cores and in several
+runs without planning it again:
 
 - ``w_ready``: when the data of the last write is visible (writer start + latency);
 - ``w_engine``: the engine (or DMA queue) that wrote it last;
 - ``r_done``: when the last read of it finished streaming (reader start + busy).
 
-Regions are linked once, when first seen, to every region they overlap (`neighbors`, itself
-included), so the hot loop never searches: an instruction waits for
+Regions are linked once, when first seen, to every region they overlap (`neighbors` and their
+uids `neighbor_ids`, itself first), so the hot loop never searches: an instruction waits for
 - read-after-write: ``w_ready`` of every neighbour of what it reads;
 - write-after-write: ``w_ready`` of every neighbour of what it writes, unless that write came
   from the same in-order engine/queue (its writes land in order, e.g. an accumulation group);
@@ -26,6 +29,8 @@ region granularity without ever removing a region.
 
 from __future__ import annotations
 
+from itertools import count
+
 import numpy as np
 
 from trnsim.isa import AccessPattern, Memory
@@ -34,22 +39,19 @@ _NUMPY_SEARCH_FROM = 48  # regions in a space before discovery switches to a vec
 
 
 class Region:
-    """One footprint and the times of its latest accesses."""
+    """One footprint (a rectangle of rows x bytes) and the regions it overlaps."""
 
-    __slots__ = ("c0", "c1", "hi", "lo", "neighbors", "pitch", "r0", "r1", "r_done", "r_engine",
-                 "w_engine", "w_ready")
+    __slots__ = ("c0", "c1", "hi", "lo", "neighbor_ids", "neighbors", "pitch", "r0", "r1", "uid")
 
-    def __init__(self, pitch: int, r0: int, r1: int, c0: int, c1: int) -> None:
+    def __init__(self, pitch: int, r0: int, r1: int, c0: int, c1: int, uid: int = 0) -> None:
         self.pitch, self.r0, self.r1, self.c0, self.c1 = pitch, r0, r1, c0, c1
         if pitch:
             self.lo, self.hi = r0 * pitch + c0, (r1 - 1) * pitch + c1
         else:
             self.lo, self.hi = c0, c1
+        self.uid = uid  # index of this region's times in a scheduler's lists
         self.neighbors: list[Region] = [self]
-        self.w_ready = 0.0
-        self.w_engine = -1
-        self.r_done = 0.0
-        self.r_engine = -1
+        self.neighbor_ids: list[int] = [uid]
 
     @property
     def empty(self) -> bool:
@@ -67,7 +69,8 @@ class Region:
 class _Space:
     """All regions of one address space (SBUF, PSUM, or one HBM tensor), for discovery."""
 
-    def __init__(self) -> None:
+    def __init__(self, uids: count | None = None) -> None:
+        self.uids = uids if uids is not None else count()  # shared by a core's spaces
         self.regions: list[Region] = []
         self.by_key: dict[tuple[int, int, int, int, int], Region] = {}
         self._table = np.zeros((64, 7), dtype=np.int64)  # pitch, r0, r1, c0, c1, lo, hi
@@ -77,7 +80,7 @@ class _Space:
         key = (pitch, r0, r1, c0, c1)
         region = self.by_key.get(key)
         if region is None:
-            region = self.by_key[key] = Region(pitch, r0, r1, c0, c1)
+            region = self.by_key[key] = Region(pitch, r0, r1, c0, c1, next(self.uids))
             if not region.empty:
                 self._link(region)
                 self.max_column = max(self.max_column, c1)
@@ -86,7 +89,9 @@ class _Space:
     def _link(self, region: Region) -> None:
         for other in self._overlapping(region):
             other.neighbors.append(region)
+            other.neighbor_ids.append(region.uid)
             region.neighbors.append(other)
+            region.neighbor_ids.append(other.uid)
         n = len(self.regions)
         if n == len(self._table):
             self._table = np.concatenate([self._table, np.zeros_like(self._table)])
@@ -113,10 +118,16 @@ class RegionIndex:
     def __init__(self, core) -> None:
         self.sbuf_pitch = core.sbuf_bytes_per_partition
         self.psum_pitch = core.psum_bytes_per_partition
-        self.sbuf = _Space()
-        self.psum = _Space()
+        self._uids = count()
+        self.sbuf = _Space(self._uids)
+        self.psum = _Space(self._uids)
         self.hbm: dict[str, _Space] = {}
         self._by_ap: dict[AccessPattern, tuple[Region, int, Memory]] = {}
+
+    @property
+    def count(self) -> int:
+        """Regions found so far (their uids are 0 .. count - 1)."""
+        return sum(len(space.by_key) for space in (self.sbuf, self.psum, *self.hbm.values()))
 
     def region(self, ap: AccessPattern) -> Region:
         return self.info(ap)[0]
@@ -132,7 +143,7 @@ class RegionIndex:
         if ap.memory is Memory.HBM:
             space = self.hbm.get(ap.tensor)
             if space is None:
-                space = self.hbm[ap.tensor] = _Space()
+                space = self.hbm[ap.tensor] = _Space(self._uids)
             return space.get(*_hbm_rectangle(ap))
         low, high = ap.byte_span()
         p0, p1 = ap.partition_range()

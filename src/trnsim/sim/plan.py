@@ -16,15 +16,16 @@ first instruction of a kind; an equal one elsewhere would raise the same error).
 from __future__ import annotations
 
 import dataclasses
+import operator
+import weakref
 from collections.abc import Mapping
 from operator import attrgetter
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
 from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
 from trnsim.isa.dma import DmaCopy, contiguous_run_bytes
-from trnsim.sim.dependencies import Region, RegionIndex
+from trnsim.sim.dependencies import RegionIndex
 from trnsim.sim.engines import STREAM_OF_ENGINE, TENSOR, TENSOR_LOAD
-from trnsim.sim.resources import BusyIntervals
 
 
 class DmaPlan:
@@ -46,7 +47,8 @@ class Plan:
     """Timing-relevant facts of one instruction; shared by all instructions equal to it."""
 
     __slots__ = ("busy", "code", "dma", "flops", "hbm_read", "hbm_write", "is_load", "is_matmul",
-                 "is_multiply", "latency", "nbytes", "ports", "precision", "reads", "uid", "writes")
+                 "is_multiply", "latency", "nbytes", "ports", "precision", "read_neighbors",
+                 "reads", "uid", "write_neighbors", "writes")
 
     def __init__(self) -> None:
         self.uid = 0  # index among the planner's distinct plans
@@ -56,37 +58,42 @@ class Plan:
         self.flops = 0
         self.precision: str | None = None  # matmul precision class of a FLOP-counting instruction
         self.nbytes = self.hbm_read = self.hbm_write = 0
-        self.reads: tuple[Region, ...] = ()
-        self.writes: tuple[Region, ...] = ()
-        self.ports: tuple[BusyIntervals, ...] = ()
+        # the uids of the regions it reads and writes, and each one's overlapping regions' uids
+        # (the region's own list: it grows if a region found later overlaps it)
+        self.reads: tuple[int, ...] = ()
+        self.writes: tuple[int, ...] = ()
+        self.read_neighbors: tuple[list[int], ...] = ()
+        self.write_neighbors: tuple[list[int], ...] = ()
+        self.ports: tuple[int, ...] = ()  # indices into the core's `PortTable.ports`
         self.dma: DmaPlan | None = None
 
 
 class PortTable:
     """The shared on-chip ports of a core version (`CoreSpec.port_conflicts`).
 
-    Each (engine a, engine b, memory) conflict is one exclusive `BusyIntervals`: an instruction of
-    engine a or b that touches that memory holds it while busy.
+    Each (engine a, engine b, memory) conflict is one exclusive port: an instruction of engine a
+    or b that touches that memory holds it while busy (each core books it on its own
+    `BusyIntervals`, `CoreScheduler.port_busy`).
     """
 
     def __init__(self, core) -> None:
-        self.ports: list[tuple[frozenset[int], Memory, BusyIntervals]] = []
+        self.ports: list[tuple[frozenset[int], Memory]] = []
         for first, second, memory in core.port_conflicts:
             streams = frozenset(STREAM_OF_ENGINE[Engine(name)] for name in (first, second))
-            self.ports.append((streams, Memory(memory), BusyIntervals()))
+            self.ports.append((streams, Memory(memory)))
 
-    def held_by(self, code: int, memories: set[Memory]) -> tuple[BusyIntervals, ...]:
-        return tuple(port for streams, memory, port in self.ports
+    def held_by(self, code: int, memories: set[Memory]) -> tuple[int, ...]:
+        return tuple(index for index, (streams, memory) in enumerate(self.ports)
                      if code in streams and memory in memories)
 
 
 class Planner:
     """Checks and plans a core's instructions; equal instructions share one plan."""
 
-    def __init__(self, core, regions: RegionIndex, ports: PortTable) -> None:
+    def __init__(self, core, regions: RegionIndex | None = None, ports: PortTable | None = None) -> None:
         self.core = core
-        self.regions = regions
-        self.ports = ports
+        self.regions = regions if regions is not None else RegionIndex(core)
+        self.ports = ports if ports is not None else PortTable(core)
         self.distinct: list[Plan] = []  # plan.uid indexes this
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
@@ -149,6 +156,11 @@ class Planner:
         self.distinct.append(plan)
         return plan
 
+    def forget_program(self) -> None:
+        """Drop the reference `on_chip` keeps to the last program (a kept planner must not
+        keep its program alive)."""
+        self._on_chip = (None, {})
+
     def on_chip(self, program: Program) -> dict[str, int]:
         """The program's tensors the compiler keeps in SBUF (`TensorDecl.on_chip`), each with the
         byte its on-chip rows start at (`TensorDecl.on_chip_from`)."""
@@ -156,6 +168,55 @@ class Planner:
             self._on_chip = (program, {n: t.on_chip_from for n, t in program.tensors.items()
                                        if t.on_chip})
         return self._on_chip[1]
+
+
+class _Planned:
+    """A program's plans on one core, with what they were made from (`planned`)."""
+
+    __slots__ = ("core", "instructions", "planner", "plans", "tensors")
+
+    def __init__(self, core, program: Program, planner: Planner, plans: list[Plan]) -> None:
+        self.core = core
+        self.instructions = tuple(program.instructions)  # held: their ids cannot be reused
+        self.tensors = _tensor_signature(program)
+        self.planner = planner
+        self.plans = plans
+
+    def fits(self, core, program: Program) -> bool:
+        instructions = program.instructions
+        return ((self.core is core or self.core == core)
+                and len(instructions) == len(self.instructions)
+                and all(map(operator.is_, instructions, self.instructions))
+                and _tensor_signature(program) == self.tensors)
+
+
+_PLANNED: dict[int, _Planned] = {}  # id(program) -> its plans on the core it last ran on
+
+
+def _tensor_signature(program: Program) -> tuple:
+    return (program.checked, tuple((t.name, t.nbytes, t.on_chip, t.on_chip_from)
+                                   for t in program.tensors.values()))
+
+
+def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
+    """The planner and plans of `program` on `core`, planned once per program object and kept
+    while it lives: the copies of a model on a chip's cores, and its later runs (latency, then
+    loaded throughput), share them. Plans and region geometry are pure functions of the
+    instructions, their tensors and the core; each run keeps its own times (`CoreScheduler`).
+    A program with control flow, register-addressed operands or rendezvous is planned afresh for
+    each run, since it meets new instructions while it runs."""
+    key = id(program)
+    found = _PLANNED.get(key)
+    if found is not None and found.fits(core, program):
+        return found.planner, found.plans
+    planner = Planner(core)
+    plans = planner.plan_program(program)
+    planner.forget_program()
+    if not planner.has_kinds:
+        if key not in _PLANNED:
+            weakref.finalize(program, _PLANNED.pop, key, None)
+        _PLANNED[key] = _Planned(core, program, planner, plans)
+    return planner, plans
 
 
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
@@ -180,8 +241,10 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
     reads, writes = ins.reads(), ins.writes()
     read_info = [regions.info(ap) for ap in reads]
     write_info = [regions.info(ap) for ap in writes]
-    plan.reads = tuple(region for region, _, _ in read_info)
-    plan.writes = tuple(region for region, _, _ in write_info)
+    plan.reads = tuple(region.uid for region, _, _ in read_info)
+    plan.writes = tuple(region.uid for region, _, _ in write_info)
+    plan.read_neighbors = tuple(region.neighbor_ids for region, _, _ in read_info)
+    plan.write_neighbors = tuple(region.neighbor_ids for region, _, _ in write_info)
     plan.flops = ins.flops()
     if plan.flops and reads:
         plan.precision = reads[0].dtype.precision or "fp32"

@@ -26,6 +26,7 @@ from trnsim.sim.memory import HbmSpace
 from trnsim.sim.profile import Profile
 from trnsim.sim.state import CoreState
 from trnsim.sim.sync import CoreSlot, SyncHub, World
+from trnsim.sim.threads import blas_threads_capped
 
 
 @dataclass
@@ -125,7 +126,11 @@ def simulate_system(programs: Sequence[Program],
                           [keys[i] for i in members], shared_values)
         for i, run in enumerate(runs):
             run.state = CoreState(chip.core, hbms[slots[i].chip], keys[i], seed=seed, core_index=i)
-    run_cores(runs, SyncHub(runs, world))
+    if functional:
+        with blas_threads_capped():
+            run_cores(runs, SyncHub(runs, world))
+    else:
+        run_cores(runs, SyncHub(runs, world))
     results = []
     for i, program in enumerate(programs):
         profile = Profile(program=program, core=chip.core, chip=chip, core_index=i, mode=mode,

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import Instruction
-from trnsim.sim.dependencies import RegionIndex
 from trnsim.sim.dma import DmaQueues
 from trnsim.sim.engines import DMA_BASE, NO_WAIT, PIPELINE, PORT, QUEUE, TENSOR, TENSOR_LOAD
-from trnsim.sim.plan import Plan, Planner, PortTable
-from trnsim.sim.resources import RateTimeline
+from trnsim.sim.plan import Plan, Planner, planned
+from trnsim.sim.resources import BusyIntervals, RateTimeline
 
 _PORT_PRUNE_EVERY = 512
 
@@ -37,9 +36,17 @@ class CoreScheduler:
 
     def __init__(self, core, hbm: RateTimeline | None = None) -> None:
         self.core = core
-        self.regions = RegionIndex(core)
-        self.ports = PortTable(core)
-        self.planner = Planner(core, self.regions, self.ports)
+        self.planner = Planner(core)  # replaced by the program's own in `prepare`
+        self.regions = self.planner.regions
+        self.ports = self.planner.ports
+        # this core's bookings of each shared port (`PortTable.ports`)
+        self.port_busy = [BusyIntervals() for _ in self.ports.ports]
+        # per region uid (`trnsim.sim.dependencies`): when its last write is visible and which
+        # stream made it; when its last read finished and which stream made it
+        self.w_ready: list[float] = []
+        self.w_engine: list[int] = []
+        self.r_done: list[float] = []
+        self.r_engine: list[int] = []
         self.dma = DmaQueues(core, hbm)
         self.stream_free = [0.0] * DMA_BASE  # when each compute stream is free
         self.last_multiply_start = 0.0
@@ -59,8 +66,28 @@ class CoreScheduler:
         self.concrete: dict[int, Instruction] = {}
 
     def prepare(self, program) -> list[Plan]:
-        """Check and plan every instruction (see `Planner.plan_program`)."""
-        return self.planner.plan_program(program)
+        """Check and plan every instruction (see `Planner.plan_program`), or take the plans made
+        for this program object before (`trnsim.sim.plan.planned`)."""
+        self.planner, plans = planned(program, self.core)
+        self.regions = self.planner.regions
+        self.ports = self.planner.ports
+        self._grow()
+        return plans
+
+    def plan(self, ins: Instruction, program) -> Plan:
+        """The plan of an instruction met at run time (see `Planner.plan`)."""
+        plan = self.planner.plan(ins, program)
+        self._grow()
+        return plan
+
+    def _grow(self) -> None:
+        """One times entry per region found so far (never accessed: ready at 0, no engine)."""
+        missing = self.regions.count - len(self.w_ready)
+        if missing > 0:
+            self.w_ready += [0.0] * missing
+            self.w_engine += [-1] * missing
+            self.r_done += [0.0] * missing
+            self.r_engine += [-1] * missing
 
     def step(self, plan: Plan, ins: Instruction, not_before: float = 0.0) -> None:
         """Schedule the next instruction of the program (`plan` is its plan). `not_before` is
@@ -69,22 +96,24 @@ class CoreScheduler:
         # --- dependencies: the latest producer / reader / writer of overlapping bytes --------
         ready = not_before
         cause = NO_WAIT
-        for region in plan.reads:
-            for other in region.neighbors:
-                if other.w_ready > ready:
-                    ready = other.w_ready
-                    cause = other.w_engine
+        w_ready, w_engine = self.w_ready, self.w_engine
+        for neighbors in plan.read_neighbors:
+            for other in neighbors:
+                if w_ready[other] > ready:
+                    ready = w_ready[other]
+                    cause = w_engine[other]
         if plan.writes:
+            r_done, r_engine = self.r_done, self.r_engine
             same = code if code >= 0 else (DMA_BASE + plan.dma.queue if plan.dma.queue is not None
                                            else -99)
-            for region in plan.writes:
-                for other in region.neighbors:
-                    if other.r_done > ready:
-                        ready = other.r_done
-                        cause = other.r_engine
-                    if other.w_ready > ready and other.w_engine != same:
-                        ready = other.w_ready
-                        cause = other.w_engine
+            for neighbors in plan.write_neighbors:
+                for other in neighbors:
+                    if r_done[other] > ready:
+                        ready = r_done[other]
+                        cause = r_engine[other]
+                    if w_ready[other] > ready and w_engine[other] != same:
+                        ready = w_ready[other]
+                        cause = w_engine[other]
         # --- the stream, its pipeline and ports ------------------------------------------------
         if code < 0:
             queue, start, end = self.dma.schedule(plan, ready)
@@ -106,14 +135,16 @@ class CoreScheduler:
             done = start + plan.latency
             self.stream_free[code] = end
         # --- commit ---------------------------------------------------------------------------
-        for region in plan.reads:
-            if end > region.r_done:
-                region.r_done = end
-                region.r_engine = code
+        if plan.reads:
+            r_done, r_engine = self.r_done, self.r_engine
+            for region in plan.reads:
+                if end > r_done[region]:
+                    r_done[region] = end
+                    r_engine[region] = code
         for region in plan.writes:
-            if done > region.w_ready:
-                region.w_ready = done
-            region.w_engine = code
+            if done > w_ready[region]:
+                w_ready[region] = done
+            w_engine[region] = code
         if start > self.clock:
             self.clock = start
         self.uids.append(plan.uid)
@@ -128,12 +159,12 @@ class CoreScheduler:
         """When a synchronising instruction would start on its own: its dependencies met and
         its stream free. It then waits for the other participants (`complete`)."""
         ready = max(not_before, self.stream_free[plan.code])
-        for region in plan.reads:
-            for other in region.neighbors:
-                ready = max(ready, other.w_ready)
-        for region in plan.writes:
-            for other in region.neighbors:
-                ready = max(ready, other.r_done, other.w_ready)
+        for neighbors in plan.read_neighbors:
+            for other in neighbors:
+                ready = max(ready, self.w_ready[other])
+        for neighbors in plan.write_neighbors:
+            for other in neighbors:
+                ready = max(ready, self.r_done[other], self.w_ready[other])
         return ready
 
     def complete(self, plan: Plan, start: float, done: float, cause: int,
@@ -143,13 +174,13 @@ class CoreScheduler:
         stream waited too (a barrier), else the work ran elsewhere (DMA, collective cores)."""
         code = plan.code
         for region in plan.reads:
-            if done > region.r_done:
-                region.r_done = done
-                region.r_engine = code
+            if done > self.r_done[region]:
+                self.r_done[region] = done
+                self.r_engine[region] = code
         for region in plan.writes:
-            if done > region.w_ready:
-                region.w_ready = done
-            region.w_engine = code
+            if done > self.w_ready[region]:
+                self.w_ready[region] = done
+            self.w_engine[region] = code
         if block_stream:
             self.stream_free[code] = max(self.stream_free[code], done)
         if start > self.clock:
@@ -178,17 +209,18 @@ class CoreScheduler:
 
     def _book_ports(self, plan: Plan, start: float, cause: int) -> tuple[float, int]:
         busy = plan.busy
+        ports = [self.port_busy[index] for index in plan.ports]
         while True:
             moved = start
-            for port in plan.ports:
+            for port in ports:
                 moved = port.earliest(moved, busy)
             if moved == start:
                 break
             start, cause = moved, PORT
-        for port in plan.ports:
+        for port in ports:
             port.book(start, start + busy)
         self._port_bookings += 1
         if self._port_bookings % _PORT_PRUNE_EVERY == 0:
-            for streams, _, port in self.ports.ports:
+            for (streams, _), port in zip(self.ports.ports, self.port_busy, strict=True):
                 port.prune(min(self.stream_free[s] for s in streams))
         return start, cause

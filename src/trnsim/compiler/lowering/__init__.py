@@ -25,7 +25,7 @@ from trnsim.compiler.lowering.lnc import Handover, Part, split_call, tiles_in, w
 from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError, UnsupportedError
-from trnsim.isa import AccessPattern, CoreBarrier, Memory, Program, field_names
+from trnsim.isa import AccessPattern, CoreBarrier, Memory, Program, operand_fields
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -557,29 +557,39 @@ def _args_key(fn, args, kwargs, names: list[str]) -> tuple:
 
 def _retarget(ins, rename: dict[str, str], label: str, source: str | None):
     """A copy of a template instruction touching this call's HBM tensors."""
-    def swap(value):
+    # a shallow copy with the swapped fields set: what dataclasses.replace gives (the only
+    # __post_init__ work, normalising `engine`, is already done) at a fraction of its cost;
+    # only the fields that may hold access patterns are looked at
+    cls = type(ins)
+    new = object.__new__(cls)
+    fields = new.__dict__
+    fields.update(ins.__dict__)
+    for name in operand_fields(cls):
+        if name in _KEPT_FIELDS:
+            continue
+        value = fields[name]
         if isinstance(value, AccessPattern):
             if value.memory is Memory.HBM and value.tensor in rename:
-                return dataclasses.replace(value, tensor=rename[value.tensor])
-            return value
-        if isinstance(value, tuple):
-            swapped = tuple(swap(v) for v in value)
-            return value if all(a is b for a, b in zip(swapped, value, strict=True)) else swapped
-        return value
-
-    # a shallow copy with the swapped fields set: what dataclasses.replace gives (the only
-    # __post_init__ work, normalising `engine`, is already done) at a fraction of its cost
-    new = object.__new__(type(ins))
-    new.__dict__.update(ins.__dict__)
-    for name in field_names(type(ins)):
-        if name not in _KEPT_FIELDS:
-            value = getattr(ins, name)
-            swapped = swap(value)
+                fields[name] = dataclasses.replace(value, tensor=rename[value.tensor])
+        elif isinstance(value, tuple):
+            swapped = _swap(value, rename)
             if swapped is not value:
-                object.__setattr__(new, name, swapped)
-    object.__setattr__(new, "source", source)
-    object.__setattr__(new, "label", label)
+                fields[name] = swapped
+    fields["source"] = source
+    fields["label"] = label
     return new
+
+
+def _swap(value, rename: dict[str, str]):
+    """`value` with each HBM access pattern of a renamed tensor renamed (tuples searched)."""
+    if isinstance(value, AccessPattern):
+        if value.memory is Memory.HBM and value.tensor in rename:
+            return dataclasses.replace(value, tensor=rename[value.tensor])
+        return value
+    if isinstance(value, tuple):
+        swapped = tuple(_swap(v, rename) for v in value)
+        return value if all(a is b for a, b in zip(swapped, value, strict=True)) else swapped
+    return value
 
 
 _KEPT_FIELDS = frozenset({"source", "label", "engine"})

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trnsim.isa import AccessPattern, Memory, Program, field_names
+from trnsim.isa import AccessPattern, Memory, Program, operand_fields
 
 
 def keep_on_chip(program: Program, core, *, exclude=frozenset(), partial: bool = False) -> list[str]:
@@ -95,8 +95,9 @@ def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
 
 
 def _hbm_operands(ins):
-    for name in field_names(type(ins)):
-        value = getattr(ins, name)
+    fields = ins.__dict__
+    for name in operand_fields(type(ins)):
+        value = fields[name]
         if isinstance(value, AccessPattern):
             if value.memory is Memory.HBM:
                 yield value

@@ -1,0 +1,65 @@
+"""A program is planned once per program object and core; every run keeps its own times."""
+
+import copy
+
+import numpy as np
+
+from trnsim.isa import DmaCopy
+from trnsim.sim import simulate, simulate_cores
+from trnsim.sim.plan import Planner
+from trnsim.sim.synthetic import tiled_matmul
+
+
+def _timeline(result):
+    profile = result.profile
+    return (profile.total_ns, profile.start_ns.tolist(), profile.end_ns.tolist(),
+            profile.stream.tolist(), profile.cause.tolist())
+
+
+def _count_plannings(monkeypatch) -> list:
+    calls = []
+    original = Planner.plan_program
+
+    def counted(self, program):
+        calls.append(program)
+        return original(self, program)
+
+    monkeypatch.setattr(Planner, "plan_program", counted)
+    return calls
+
+
+def test_runs_and_copies_of_one_program_share_its_plans_and_not_its_times(monkeypatch):
+    program = tiled_matmul(256, 256, 512)
+    fresh = _timeline(simulate(copy.deepcopy(program), mode="timing"))
+    calls = _count_plannings(monkeypatch)
+    first = simulate(program, mode="timing")
+    again = simulate(program, mode="timing")
+    together = simulate_cores([program, program], mode="timing")
+    assert len(calls) == 1  # planned once for four cores' runs
+    assert _timeline(first) == _timeline(again) == fresh  # no times leak from run to run
+    apart = simulate_cores([copy.deepcopy(program), copy.deepcopy(program)], mode="timing")
+    assert [_timeline(r) for r in together] == [_timeline(r) for r in apart]
+
+
+def test_an_edited_program_is_planned_again(monkeypatch):
+    program = tiled_matmul(256, 256, 512)
+    simulate(program, mode="timing")
+    calls = _count_plannings(monkeypatch)
+    last = program.instructions[-1]
+    assert isinstance(last, DmaCopy)
+    program.instructions.append(last)  # one more store: the plans no longer fit
+    edited = simulate(program, mode="timing")
+    assert len(calls) == 1
+    assert len(edited.profile) == len(program.instructions)
+    assert edited.profile.total_ns >= simulate(copy.deepcopy(program), mode="timing").profile.total_ns
+
+
+def test_functional_results_unchanged_by_reused_plans():
+    program = tiled_matmul(256, 256, 512)
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal(program.tensors[name].shape).astype(np.float32).astype(
+        program.tensors[name].dtype.np_dtype) for name in ("at", "b")}
+    first = simulate(program, inputs)
+    second = simulate(program, inputs)
+    np.testing.assert_array_equal(first.outputs["c"], second.outputs["c"])
+    assert _timeline(first) == _timeline(second)
