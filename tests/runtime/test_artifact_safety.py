@@ -209,28 +209,28 @@ def test_a_symlinked_program_is_refused(art, tmp_path):
     (art / "program.json").unlink()
     (art / "program.json").symlink_to(outside)
     reseal(art)  # the digest even matches the file the link leads to
-    with pytest.raises(ArtifactError, match="program.json (is a symbolic link|resolves outside)"):
+    with pytest.raises(ArtifactError, match=r"program\.json (is a symbolic link|resolves outside)"):
         trnsim.load(art)
 
 
 def test_a_constants_file_linked_to_dev_zero_is_refused(art):
     (art / "constants.safetensors").unlink()
     (art / "constants.safetensors").symlink_to("/dev/zero")
-    with pytest.raises(ArtifactError, match="constants.safetensors (is a symbolic link|resolves out)"):
+    with pytest.raises(ArtifactError, match=r"constants\.safetensors (is a symbolic link|resolves out)"):
         trnsim.load(art)
 
 
 def test_a_fifo_does_not_hang_the_loader(art):
     (art / "constants.safetensors").unlink()
     os.mkfifo(art / "constants.safetensors")
-    with pytest.raises(ArtifactError, match="constants.safetensors is not a regular file"):
+    with pytest.raises(ArtifactError, match=r"constants\.safetensors is not a regular file"):
         trnsim.load(art)
 
 
 def test_a_manifest_that_is_a_directory_or_symlink(art, tmp_path):
     (art / "manifest.json").rename(tmp_path / "real.json")
     (art / "manifest.json").symlink_to(tmp_path / "real.json")
-    with pytest.raises(ArtifactError, match="manifest.json (is a symbolic link|resolves outside)"):
+    with pytest.raises(ArtifactError, match=r"manifest\.json (is a symbolic link|resolves outside)"):
         trnsim.load(art)
 
 
@@ -247,7 +247,8 @@ def test_a_truncated_constants_file(art):
     data = (art / "constants.safetensors").read_bytes()
     (art / "constants.safetensors").write_bytes(data[:-10])
     reseal(art)
-    with pytest.raises(ArtifactError, match=r"constants\.safetensors (is truncated|field .*data_offsets.* outside)"):
+    with pytest.raises(ArtifactError,
+                       match=r"constants\.safetensors (is truncated|field .*data_offsets.* outside)"):
         trnsim.load(art)
 
 
