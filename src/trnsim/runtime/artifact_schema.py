@@ -323,7 +323,8 @@ def check_against_programs(manifest: dict, programs: list, file: str) -> None:
             if decl is None or decl.kind != kind:
                 raise fail(file, f"{side}[{i}].name", f"{s['name']!r} is not an {kind} of the "
                                                       f"program")
-            if tuple(s["shape"]) != decl.shape or s["dtype"] != decl.dtype.name:
+            stored = tuple(s["shape"]) or (1,)  # a scalar lives in a one-element tensor
+            if stored != decl.shape or s["dtype"] != decl.dtype.name:
                 raise fail(file, f"{side}[{i}]", f"says {s['dtype']}{s['shape']}, the program "
                                                  f"holds {decl.dtype.name}{list(decl.shape)}")
     for i, name in enumerate(manifest["sharded"]):
