@@ -126,7 +126,7 @@ def bench_command(
     models: str = typer.Option(None, "--models", help="Comma-separated: bert-large-uncased,..."),
     instances: str = typer.Option(None, "--instances", help="Comma-separated catalog instances."),
     batch: str = typer.Option(None, "--batch", help="Comma-separated batch sizes (default 1,10)."),
-    seq: int = typer.Option(None, "--seq", help="Sequence length (default per model: 128 / 256)."),
+    seq: int = typer.Option(None, "--seq", min=1, help="Sequence length (default per model: 128 / 256)."),
     auto_cast: str = typer.Option(None, "--auto-cast",
                                   help="none | matmult | all (bf16); default: each instance's "
                                        "compiler's default (inf1: all, others: matmult)"),
@@ -148,10 +148,13 @@ def bench_command(
                            "weights over this many NeuronCores (neuronx-distributed's "
                            "tp_degree), for models too large for one."),
 ) -> None:
+    from trnsim.cli import checks
     from trnsim.perf import bench
 
-    model_list = _split(models, bench.DEFAULT_MODELS)
-    instance_list = _split(instances, bench.DEFAULT_INSTANCES)
+    checks.lnc(lnc)
+    checks.output_file(plot, "--plot")
+    model_list = checks.names(models, "--models", ()) or bench.DEFAULT_MODELS
+    instance_list = checks.names(instances, "--instances", ()) or bench.DEFAULT_INSTANCES
     from trnsim import hardware
     from trnsim.perf.zoo import zoo_model
 
