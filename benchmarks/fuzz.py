@@ -22,9 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.fuzz_targets
 os.environ.setdefault("TRNSIM_CACHE_DIR", "off")
 
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-
-from tests.fuzz_targets import (  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings
+from tests.fuzz_targets import (
     KERNEL_SOURCE,
     argvs,
     artifact_case,

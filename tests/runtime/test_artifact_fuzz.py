@@ -5,9 +5,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings
 
-from tests.fuzz_targets import artifact_case, make_artifact, mutations, reseal_flags  # noqa: E402
+from tests.fuzz_targets import artifact_case, make_artifact, mutations, reseal_flags
 
 
 @pytest.fixture(scope="module")
