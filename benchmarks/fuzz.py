@@ -37,7 +37,8 @@ from tests.fuzz_targets import (
 
 def _summary(outcomes: list[str], seconds: float) -> dict:
     counts = collections.Counter("uncaught" if o.startswith("uncaught") else o for o in outcomes)
-    return {"cases": len(outcomes), "ok": counts["ok"], "clean_errors": counts["clean"],
+    return {"cases": len(outcomes) - counts["skipped"], "ok": counts["ok"],
+            "clean_errors": counts["clean"],
             "uncaught": counts["uncaught"], "seconds": round(seconds, 1),
             "uncaught_examples": sorted({o for o in outcomes if o.startswith("uncaught")})[:5]}
 
