@@ -31,10 +31,25 @@ def test_flatten_checks_keys_lengths_and_fixed_constants():
         NESTED.flatten({"a": 1, "b": (2, 4)})
 
 
-def test_model_output_rebuilds_by_import_path():
-    s = Structure("model_output", (T,), ("value",), "collections.OrderedDict")
-    assert dict(s.rebuild([5])) == {"value": 5}
-    assert s.describe() == "OrderedDict(value=*)"
+def test_model_output_rebuilds_from_the_fixed_table():
+    s = Structure.from_json({"kind": "model_output", "children": [{"kind": "tensor"}],
+                             "keys": ["last_hidden_state"],
+                             "type": "transformers.modeling_outputs.BaseModelOutput"})
+    out = s.rebuild([5])
+    assert type(out).__name__ == "BaseModelOutput" and out.last_hidden_state == 5
+    assert s.describe() == "BaseModelOutput(last_hidden_state=*)"
+
+
+@pytest.mark.parametrize("path", ["collections.OrderedDict", "os.system", "builtins.open",
+                                  "subprocess.getoutput", "shutil.rmtree",
+                                  "transformers.modeling_outputs.os.system"])
+def test_a_stored_type_outside_the_table_is_never_imported(path):
+    record = {"kind": "model_output", "children": [{"kind": "const", "value": "echo hi"}],
+              "keys": ["command"], "type": path}
+    with pytest.raises(InvalidArgumentError, match="not one trnsim rebuilds"):
+        Structure.from_json(record)
+    with pytest.raises(InvalidArgumentError, match="not one trnsim rebuilds"):
+        Structure("model_output", (T,), ("command",), path).rebuild(["echo hi"])
 
 
 def test_unknown_json_keys_are_rejected():

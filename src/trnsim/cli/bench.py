@@ -126,7 +126,7 @@ def bench_command(
     models: str = typer.Option(None, "--models", help="Comma-separated: bert-large-uncased,..."),
     instances: str = typer.Option(None, "--instances", help="Comma-separated catalog instances."),
     batch: str = typer.Option(None, "--batch", help="Comma-separated batch sizes (default 1,10)."),
-    seq: int = typer.Option(None, "--seq", help="Sequence length (default per model: 128 / 256)."),
+    seq: int = typer.Option(None, "--seq", min=1, help="Sequence length (default per model: 128 / 256)."),
     auto_cast: str = typer.Option(None, "--auto-cast",
                                   help="none | matmult | all (bf16); default: each instance's "
                                        "compiler's default (inf1: all, others: matmult)"),
@@ -153,13 +153,16 @@ def bench_command(
         None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
         "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
 ) -> None:
+    from trnsim.cli import checks
     from trnsim.perf import bench
     from trnsim.perf.zoo import register_config
 
+    checks.lnc(lnc)
+    checks.output_file(plot, "--plot")
     configured = tuple(register_config(path) for path in config or ())
-    model_list = (_split(models, ()) + configured) if configured else _split(
-        models, bench.DEFAULT_MODELS)
-    instance_list = _split(instances, bench.DEFAULT_INSTANCES)
+    named = checks.names(models, "--models", ()) or ()
+    model_list = (named + configured) if configured else (named or bench.DEFAULT_MODELS)
+    instance_list = checks.names(instances, "--instances", ()) or bench.DEFAULT_INSTANCES
     from trnsim import hardware
     from trnsim.perf.zoo import zoo_model
 

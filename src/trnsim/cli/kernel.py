@@ -30,19 +30,26 @@ def run_command(
     platform: str = typer.Option("trn1", "--target", help="trn1 | inf2 | trn2 | trn3 (or gen2/gen3/gen4)."),
     timing_only: bool = typer.Option(False, "--timing-only", help="Skip the numerics (faster)."),
     profile_path: str = typer.Option(None, "--profile", help="Write a Perfetto trace to this path."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
     as_json: bool = typer.Option(False, "--json", help="Inputs, latency and each core's profile "
                                  "summary as JSON."),
 ) -> None:
     """Run KERNEL on random inputs; print its inputs, latency and where the time went."""
     from trnsim import hardware
+    from trnsim.cli import checks
+    from trnsim.nki.typing import TensorSpec
     from trnsim.sim import write_trace
 
     specs = parse_shapes(shapes, dtype)
+    checks.kernel_inputs(specs)
+    checks.output_file(profile_path, "--profile")
     core = hardware.core(platform)
     kernel = load_kernel(target)
-    arrays = random_inputs(specs, seed)
-    kernel.run(arrays, {}, mode="timing" if timing_only else "functional", target=core)
+    if timing_only:  # shapes and dtypes only: no host memory for the inputs
+        kernel.run([TensorSpec(shape, dt) for shape, dt in specs], {}, mode="timing",
+                   target=core)
+    else:
+        kernel.run(random_inputs(specs, seed), {}, mode="functional", target=core)
     run = kernel.last_run
     trace = write_trace([r.profile for r in run.results], profile_path) if profile_path else None
     if as_json:

@@ -13,7 +13,7 @@ import typer
 
 from trnsim.cli.app import app, console, report_width
 from trnsim.cli.format import size
-from trnsim.errors import InvalidArgumentError
+from trnsim.errors import InvalidArgumentError, LimitExceededError
 
 
 def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
@@ -23,6 +23,17 @@ def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
         shape = tuple(int(s) for s in shape_text.lower().split("x") if s)
     except ValueError:
         raise InvalidArgumentError(f"bad --input-shape {text!r}; write e.g. 1x128:int64") from None
+    from trnsim.cli.checks import MAX_KERNEL_INPUT_BYTES
+
+    elements = 1
+    for d in shape:
+        if d <= 0:
+            raise InvalidArgumentError(f"--input-shape {text!r}: dimensions must be positive")
+        elements *= d
+    if elements * 8 > MAX_KERNEL_INPUT_BYTES:  # 8: the widest input dtype (int64)
+        raise LimitExceededError(f"--input-shape {text!r} elements", elements,
+                                 MAX_KERNEL_INPUT_BYTES // 8,
+                                 context="the HBM of the largest chip trnsim models")
     return shape, dtype or "float32"
 
 
@@ -108,7 +119,11 @@ def compile_command(
     """Trace and compile a PyTorch model; save it (a directory of JSON + safetensors) and print
     its report and what was written."""
     import trnsim
+    from trnsim.cli import checks
 
+    checks.new_artifact(output)
+    if not instance.strip():
+        raise InvalidArgumentError("--instance is empty: give an instance such as inf2.xlarge")
     input_shape = input_shape or []
     parse_input_shapes(input_shape)  # a typo costs nothing: checked before torch is imported
     made = load_factory(target)()
@@ -201,7 +216,7 @@ def _summary_line(s: dict) -> str:
 def run_command(
     path: str = typer.Argument(..., help="A model saved by trnsim compile / CompiledModel.save"),
     as_json: bool = typer.Option(False, "--json", help="Inputs, outputs and the report as JSON."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
 ) -> None:
     """Load a compiled model, run it once on random inputs, print its outputs and report."""
     import trnsim

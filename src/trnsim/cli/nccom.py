@@ -127,6 +127,11 @@ def _json_row(row: nccom.Row, stats: list[str], show_algorithm: bool) -> dict:
 def nccom_test_command(ctx: typer.Context) -> None:
     """Collective benchmark with nccom-test's arguments and table (run with --help)."""
     args = _parser().parse_args(_check_value(ctx.args))
+    from trnsim.cli import checks
+
+    checks.output_file(args.report_to_json_file, "--report-to-json-file")
+    if not args.instance.strip():
+        raise InvalidArgumentError("--instance is empty: give an instance such as trn1.32xlarge")
     minbytes, maxbytes = nccom.parse_size(args.minbytes), nccom.parse_size(args.maxbytes)
     stepbytes = nccom.parse_size(args.stepbytes) if args.stepbytes is not None else None
     sizes = nccom.sweep(minbytes, maxbytes, args.stepfactor, stepbytes)

@@ -87,9 +87,11 @@ def validate_command(
 ) -> None:
     """Predict every row of a measurements CSV; print measured, predicted (ms), error % and the
     mean absolute error per kind and over the model and kernel rows (the README's figure)."""
+    from trnsim.cli import checks
     from trnsim.perf.validate import validate
 
-    selected = tuple(k.strip() for k in (kinds or "").split(",") if k.strip()) or None
+    checks.existing_file(path, "measurements CSV")
+    selected = checks.names(kinds, "--kinds", ("model", "kernel", "collective"))
     with steps("trnsim validate", quiet=as_json) as progress:
         results = validate(path, kinds=selected, configs=tuple(config or ()),
                            model_type=model_type,

@@ -10,6 +10,7 @@ avg = p50 = p99 whatever ``-n``/``-w`` say.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ NCCOM_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 CHECK_PATTERNS = ("random", "all_ones")
 # The check holds every rank's buffers in memory: a limit of the simulator, not of the hardware.
 CHECK_MAX_BYTES = 2**30
+# A sweep prints one row per size and simulates each: nccom-test's own sweeps are tens of rows
+MAX_SWEEP_ROWS = 1000
+# Instances in one run: the fabric is built per node (a 64-instance UltraCluster slice is the
+# largest published nccom-test run; 1024 leaves room without letting a typo exhaust memory)
+MAX_NODES = 1024
 
 
 def parse_size(text: str | int) -> int:
@@ -56,14 +62,23 @@ def sweep(minbytes: int, maxbytes: int, factor: float | None = None,
     if factor is not None and step is not None:
         raise InvalidArgumentError("give a step factor (-f) or a step in bytes (-i), not both")
     if factor is not None:
-        if factor <= 1 or minbytes == 0:
-            raise InvalidArgumentError(f"step factor {factor} must exceed 1 and the minimum size "
-                                       "must be positive")
+        if not math.isfinite(factor) or factor <= 1 or minbytes == 0:
+            raise InvalidArgumentError(f"step factor {factor} must be a finite number above 1 and "
+                                       "the minimum size must be positive")
+        rows = math.floor(math.log(maxbytes / minbytes) / math.log(factor)) + 1
+        if rows > MAX_SWEEP_ROWS:
+            raise LimitExceededError("sizes in the sweep", rows, MAX_SWEEP_ROWS,
+                                     context=f"-b {minbytes} -e {maxbytes} -f {factor}")
         sizes, size = [], float(minbytes)
         while size <= maxbytes:
             sizes.append(int(size))
             size *= factor
         return sizes
+    if step is not None and step <= 0:
+        raise InvalidArgumentError(f"step in bytes (-i) {step} must be positive")
+    if step is not None and (maxbytes - minbytes) // step + 1 > MAX_SWEEP_ROWS:
+        raise LimitExceededError("sizes in the sweep", (maxbytes - minbytes) // step + 1,
+                                 MAX_SWEEP_ROWS, context=f"-b {minbytes} -e {maxbytes} -i {step}")
     if step is None:
         step = (maxbytes - minbytes) // 10
     if step <= 0:
@@ -107,6 +122,10 @@ def run(op: str, ranks: int, sizes: Sequence[int], instance: str = "trn1.32xlarg
     """One row per size, as nccom-test prints them."""
     op = canonical_op(op)
     dt = dtype(dtype_name)
+    if not 1 <= nodes <= MAX_NODES:
+        raise LimitExceededError("nodes (-N)", nodes, f"1..{MAX_NODES}")
+    if ranks < 1:
+        raise InvalidArgumentError(f"ranks (-r) {ranks} must be positive")
     if check is not None and check not in CHECK_PATTERNS:
         raise InvalidArgumentError(f"check {check!r} is not one of {', '.join(CHECK_PATTERNS)}")
     fabric = Fabric(instance, nodes, lnc)

@@ -21,6 +21,7 @@ from trnsim.compiler.errors import (
     ModelTooLargeError,
     UnsupportedOp,
     UnsupportedOperatorError,
+    ZeroSizeTensorError,
 )
 from trnsim.compiler.interpret import evaluate
 from trnsim.compiler.ir import Constant, Graph, Node
@@ -42,6 +43,7 @@ __all__ = [
     "Structure",
     "UnsupportedOp",
     "UnsupportedOperatorError",
+    "ZeroSizeTensorError",
     "analyze",
     "capture",
     "check_inputs",

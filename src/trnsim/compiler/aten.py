@@ -170,7 +170,8 @@ def _binary(op: str, **fixed: Any) -> Translation:
 
 for _aten_name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"),
                         ("maximum", "maximum"), ("minimum", "minimum"),
-                        ("remainder", "remainder"), ("eq", "eq"), ("ne", "ne"), ("lt", "lt"),
+                        ("remainder", "remainder"), ("fmod", "fmod"), ("eq", "eq"), ("ne", "ne"),
+                        ("lt", "lt"),
                         ("le", "le"), ("gt", "gt"), ("ge", "ge"),
                         ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"),
                         ("bitwise_xor", "bitwise_xor"), ("logical_and", "logical_and"),

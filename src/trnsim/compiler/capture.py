@@ -76,7 +76,24 @@ def capture(model: Any, example_inputs: Any, kwargs: dict[str, Any] | None = Non
     if without_values:
         graph.meta["meta_tensors"] = without_values
     graph.meta["model"] = f"{type(model).__module__}.{type(model).__qualname__}"
+    check_zero_size(graph)
     return graph.verify()
+
+
+_SHAPE_ONLY = ("input", "constant", "scalar", "full", "arange", "output")
+
+
+def check_zero_size(graph) -> None:
+    """Refuse, by name, an operator that is not element-wise on a tensor with no elements."""
+    from trnsim.compiler.errors import ZeroSizeTensorError
+    from trnsim.compiler.ops import ELEMENTWISE
+
+    for node in graph.nodes:
+        if node.op in ELEMENTWISE or node.op in _SHAPE_ONLY:
+            continue
+        for value in (node, *node.inputs):
+            if 0 in value.shape:
+                raise ZeroSizeTensorError(node.name, node.op, value.shape, source=node.source)
 
 
 def translatable(exported: Any) -> bool:
@@ -354,13 +371,27 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     if t.dtype in (torch.int64, torch.uint64):
-        return np.clip(t.numpy(), -2**31, 2**31 - 1).astype(np.int32)
+        return _narrow_int64(t.numpy())
     if t.dtype == torch.float64:
         return t.numpy().astype(np.float32)
     if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         np_type = ml_dtypes.float8_e4m3fn if t.dtype == torch.float8_e4m3fn else ml_dtypes.float8_e5m2
         return t.contiguous().view(torch.uint8).numpy().view(np_type)
     return t.contiguous().numpy()
+
+
+def _narrow_int64(values: np.ndarray) -> np.ndarray:
+    """int64 as int32, the widest integer a NeuronCore holds (as neuronx-cc narrows it); a value
+    that does not fit is refused, never clipped or wrapped into a different number."""
+    from trnsim.errors import LimitExceededError
+
+    info = np.iinfo(np.int32)
+    if values.size and (values.min() < info.min or values.max() > info.max):
+        bad = values.max() if values.max() > info.max else values.min()
+        raise LimitExceededError("int64 value", int(bad), f"the int32 range [{info.min}, "
+                                 f"{info.max}]", context="a NeuronCore has no 64-bit integers: "
+                                 "trnsim computes int64 tensors as int32")
+    return values.astype(np.int32)
 
 
 def _meta_numpy_dtype(dtype: Any) -> Any:

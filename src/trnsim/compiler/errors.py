@@ -78,6 +78,17 @@ class ModelTooLargeError(LimitExceededError):
                     "cores (tensor parallel), or a larger instance")
 
 
+class ZeroSizeTensorError(UnsupportedError):
+    """An operator other than an element-wise one on a tensor with no elements (a batch of 0,
+    K = 0): eager PyTorch returns empty or identity results; trnsim's kernels have nothing to
+    tile, so it refuses by name rather than guess."""
+
+    def __init__(self, node: str, op: str, shape: tuple[int, ...], *,
+                 source: str | None = None) -> None:
+        super().__init__(f"{op} ({node}) on a zero-size tensor of shape {list(shape)}: only "
+                         f"element-wise operators accept tensors with no elements", source=source)
+
+
 class IRError(Exception):
     """An inconsistent graph: a compiler bug, not a user mistake (raised by `Graph.verify`)."""
 

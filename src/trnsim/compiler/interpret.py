@@ -164,7 +164,7 @@ UNARY: dict[str, Callable[[np.ndarray, dict[str, Any]], np.ndarray]] = {
 
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "remainder": np.mod,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum, "remainder": np.mod, "fmod": np.fmod,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal,

@@ -171,7 +171,8 @@ register("arange", "leaf", _arange, ("start", "end", "step", "dtype"), "start, s
 UNARY_SAME = ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "clamp")
 UNARY_FLOAT = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "gelu", "silu",
                "erf", "sin", "cos")
-BINARY_ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")
+BINARY_ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
+                "fmod")
 BINARY_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
 ELEMENTWISE = (*UNARY_SAME, *UNARY_FLOAT, "logical_not", "cast", *BINARY_ARITH, *BINARY_BITS,

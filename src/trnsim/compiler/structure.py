@@ -3,15 +3,17 @@
 torch.export flattens (args, kwargs) and the model's return value into lists of tensors; a
 `Structure` remembers the nesting so a compiled model can accept the same call and give back the
 same kind of object as the eager model (``outputs.last_hidden_state`` keeps working). It is plain
-data: it turns into JSON and back (for artifacts), never into a pickle. Classes such as
-``BaseModelOutput`` are stored by import path and imported again when rebuilding.
+data: it turns into JSON and back (for artifacts), never into a pickle. A Hugging Face output
+class is stored by name and, when read back, looked up in a fixed table (the ModelOutput classes
+of ``transformers.modeling_outputs``): a file never names a module to import. A traced model
+keeps the class object itself; one outside the table is saved as the ``ModelOutput`` base (same
+fields, same attribute and key access).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
@@ -28,6 +30,7 @@ class Structure:
     keys: tuple[str, ...] = ()  # dict / model_output field names, in order
     type_path: str | None = None  # model_output: "module.QualName"
     value: Any = None  # const: a JSON scalar (None, bool, int, float, str)
+    cls: Any = field(default=None, compare=False, repr=False)  # model_output: the traced class
 
     # --- counting and rebuilding ----------------------------------------------------------
     def tensor_count(self) -> int:
@@ -59,7 +62,7 @@ class Structure:
             return items
         if self.kind == "dict":
             return dict(zip(self.keys, items, strict=True))
-        cls = _import(self.type_path or "")
+        cls = self.cls or output_type(self.type_path or "")
         return cls(**dict(zip(self.keys, items, strict=True)))
 
     def flatten(self, value: Any) -> list[Any]:
@@ -98,7 +101,7 @@ class Structure:
         if self.keys:
             data["keys"] = list(self.keys)
         if self.type_path:
-            data["type"] = self.type_path
+            data["type"] = _stored_type(self.type_path)
         if self.kind == "const":
             data["value"] = self.value
         return data
@@ -108,6 +111,8 @@ class Structure:
         unknown = set(data) - {"kind", "children", "keys", "type", "value"}
         if unknown or data.get("kind") not in KINDS:
             raise InvalidArgumentError(f"bad structure record {data!r}")
+        if data["kind"] == "model_output":
+            output_type(data.get("type") or "")  # refuses a name outside the fixed table
         return cls(data["kind"], tuple(cls.from_json(c) for c in data.get("children", ())),
                    tuple(data.get("keys", ())), data.get("type"), data.get("value"))
 
@@ -129,16 +134,47 @@ _END = object()
 _SCALARS = (type(None), bool, int, float, str)
 
 
-def _import(path: str) -> type:
+_OUTPUT_MODULE = "transformers.modeling_outputs"
+
+
+def output_types() -> dict[str, type]:
+    """The fixed table of output classes a saved model may name: every ModelOutput class defined
+    in ``transformers.modeling_outputs`` (and the base), by class name."""
+    global _OUTPUT_TYPES
+    if _OUTPUT_TYPES is None:
+        try:
+            from transformers import modeling_outputs
+        except ImportError:
+            return {}
+        base = modeling_outputs.ModelOutput
+        _OUTPUT_TYPES = {name: value for name, value in vars(modeling_outputs).items()
+                         if isinstance(value, type) and issubclass(value, base)
+                         and (value is base or value.__module__ == _OUTPUT_MODULE)}
+    return _OUTPUT_TYPES
+
+
+_OUTPUT_TYPES: dict[str, type] | None = None
+
+
+def _stored_type(path: str) -> str:
+    """What a saved model records for a traced output class: its own name when the table holds
+    it, else the ModelOutput base."""
     module, _, name = path.rpartition(".")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError):
-        raise InvalidArgumentError(f"cannot import output type {path!r} to rebuild the outputs") \
-            from None
-    return obj
+    if module == _OUTPUT_MODULE and name in output_types():
+        return path
+    return f"{_OUTPUT_MODULE}.ModelOutput"
+
+
+def output_type(path: str) -> type:
+    """The class a stored ``transformers.modeling_outputs.<Name>`` stands for, from the fixed
+    table; any other name is refused (nothing named by a file is ever imported)."""
+    module, _, name = str(path).rpartition(".")
+    table = output_types()
+    if module != _OUTPUT_MODULE or name not in table:
+        hint = "" if table else " (transformers is not installed)"
+        raise InvalidArgumentError(f"output type {path!r} is not one trnsim rebuilds: expected "
+                                   f"{_OUTPUT_MODULE}.<a ModelOutput class>{hint}")
+    return table[name]
 
 
 def from_treespec(spec: Any, leaves: list[Any] | None = None) -> Structure:
@@ -169,7 +205,7 @@ def _convert(spec: Any, leaves: Iterator[Any] | None) -> Structure:
         return Structure("dict", children, tuple(str(k) for k in spec.context))
     if _is_model_output(t):
         keys = tuple(str(k) for k in spec.context)
-        return Structure("model_output", children, keys, f"{t.__module__}.{t.__qualname__}")
+        return Structure("model_output", children, keys, f"{t.__module__}.{t.__qualname__}", cls=t)
     raise UnsupportedError(f"a model input or output nested in {t.__qualname__} (supported: "
                            "tuple, list, dict and transformers ModelOutput)")
 

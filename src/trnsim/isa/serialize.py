@@ -20,7 +20,8 @@ from trnsim.numerics import dtype as as_dtype
 FORMAT = 1
 
 
-def _opcodes() -> dict[str, type[Instruction]]:
+def opcode_table() -> dict[str, type[Instruction]]:
+    """Every opcode a saved program may name, by name (a fixed table: nothing is imported)."""
     from trnsim import isa
 
     table = dict(isa.OPCODES)
@@ -114,7 +115,7 @@ def program_from_data(data: dict, constants: dict | None = None) -> Program:
         program.tensors[t["name"]] = TensorDecl(t["name"], tuple(t["shape"]), as_dtype(t["dtype"]),
                                                 t["kind"], array, t.get("on_chip", False),
                                                 t.get("on_chip_from", 0))
-    opcodes = _opcodes()
+    opcodes = opcode_table()
     program.instructions = [instruction_from_data(i, opcodes) for i in data["instructions"]]
     program.sbuf_peak_bytes_per_partition = data.get("sbuf_peak", 0)
     program.psum_peak_bytes_per_partition = data.get("psum_peak", 0)

@@ -193,6 +193,7 @@ class _Reducer:
         state["acc"] = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         if self.op in ("argmax", "argmin"):
             state["index"] = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+            state["nan_index"] = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         return state
 
     def add(self, state: dict, block: Tile, c0: int) -> None:
@@ -243,12 +244,21 @@ class _Reducer:
         first = nisa.tensor_scalar(nisa.tensor_reduce(np.min, miss[0:rr], axis=(1,),
                                                       keepdims=True, dtype=nl.float32),
                                    np.add, float(c0), dtype=nl.float32)
-        acc, where = state["acc"], state["index"]
+        # torch returns the first NaN's index (NaN compares above everything, for both ops)
+        not_nan = nisa.tensor_tensor(x, x, np.equal, dtype=nl.float32)
+        nan_cols = nisa.scalar_tensor_tensor(data=not_nan, op0=np.multiply, operand0=BIG,
+                                             op1=np.add, operand1=self.columns[0:rr, 0:cw])
+        nan_first = nisa.tensor_scalar(nisa.tensor_reduce(np.min, nan_cols, axis=(1,),
+                                                          keepdims=True, dtype=nl.float32),
+                                       np.add, float(c0), dtype=nl.float32)
+        acc, where, nans = state["acc"], state["index"], state["nan_index"]
         if state["first"]:
             acc[0:rr] = nisa.tensor_copy(best, dtype=nl.float32)
             where[0:rr] = nisa.tensor_copy(first, dtype=nl.float32)
+            nans[0:rr] = nisa.tensor_copy(nan_first, dtype=nl.float32)
             state["first"] = False
             return
+        nans[0:rr] = nisa.tensor_tensor(nans[0:rr], nan_first, np.minimum)
         better = nisa.tensor_tensor(best, acc[0:rr], np.greater, dtype=nl.float32)
         step = nisa.tensor_tensor(first, where[0:rr], np.subtract, dtype=nl.float32)
         where[0:rr] = nisa.scalar_tensor_tensor(data=step, op0=np.multiply, operand0=better,
@@ -266,7 +276,14 @@ class _Reducer:
         elif self.op == "mean":
             result[0:rr] = nisa.tensor_scalar(state["acc"][0:rr], np.multiply, 1.0 / self.count)
         elif self.op in ("argmax", "argmin"):
-            result[0:rr] = nisa.tensor_copy(state["index"][0:rr])
+            index, nans = state["index"][0:rr], state["nan_index"][0:rr]
+            # select by multiplying with 0/1 flags (a difference of the two would cancel)
+            has_nan = nisa.tensor_scalar(nans, np.less, BIG / 2, dtype=nl.float32)
+            no_nan = nisa.tensor_scalar(nans, np.greater_equal, BIG / 2, dtype=nl.float32)
+            at_nan = nisa.tensor_tensor(nans, has_nan, np.multiply, dtype=nl.float32)
+            result[0:rr] = nisa.scalar_tensor_tensor(data=index, op0=np.multiply,
+                                                     operand0=no_nan, op1=np.add,
+                                                     operand1=at_nan)
         else:
             result[0:rr] = nisa.tensor_copy(state["acc"][0:rr])
         nl.store(out, value=result[0:rr])

@@ -305,7 +305,7 @@ def index_view(tile: Tile, key) -> Tile:
         if isinstance(part, DynSlice):
             part = part.as_slice()
         if isinstance(part, slice):
-            start, stop, step = part.indices(axis.size)
+            start, stop, step = _checked_slice(part, axis.size)
             size = max(0, (stop - start + (step - (1 if step > 0 else -1))) // step)
             if size == 0:
                 raise InvalidArgumentError(f"empty slice {part} of an axis of size {axis.size}")
@@ -358,6 +358,29 @@ def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:
         raise InvalidArgumentError(f"an index tile must be an on-chip integer tile [P, 1]; got "
                                    f"{index.buffer} {index.dtype_spec.name}{list(index.shape)}")
     return (index, axis.fstep)
+
+
+def _checked_slice(part: slice, size: int) -> tuple[int, int, int]:
+    """A slice's (start, stop, step) on an axis of `size`, refusing what Python would quietly
+    clip or reject with a bare error: a non-integer bound, step 0, a bound past the axis (the
+    NKI compiler reports an out-of-bounds access; clipping would return fewer elements)."""
+    for what, value in (("start", part.start), ("stop", part.stop), ("step", part.step)):
+        if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")):
+            raise _at_user(InvalidArgumentError(f"slice {what} {value!r} is not an integer"))
+    if part.step is not None and part.step.__index__() == 0:
+        raise _at_user(InvalidArgumentError("slice step cannot be zero"))
+    for what, value in (("start", part.start), ("stop", part.stop)):
+        if value is not None and not -size <= value.__index__() <= size:
+            raise _at_user(LimitExceededError(f"slice {what}", value.__index__(), size,
+                                              context=f"out of bounds of an axis of size {size}"))
+    return part.indices(size)
+
+
+def _at_user(error):
+    """Attach the kernel's source line (indexing is not an nl call, so nothing else does)."""
+    from trnsim.nki.trace import user_location
+
+    return error.at(user_location())
 
 
 def _run_checks(tile: Tile, predicate: Predicate | None) -> None:

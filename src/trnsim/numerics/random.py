@@ -179,6 +179,12 @@ def _seed_from_env(text: str | None) -> int:
     return value & ((1 << 64) - 1)
 
 
+def env_seed() -> int:
+    """NEURON_RT_STOCHASTIC_ROUNDING_SEED as the runtime reads it (default 0): the seed of a
+    simulated run's stochastic rounding unless the caller gives one."""
+    return _seed_from_env(os.environ.get(SEED_ENV))
+
+
 def default_rng() -> CounterRNG:
     """The process-wide SR generator, seeded from NEURON_RT_STOCHASTIC_ROUNDING_SEED (default 0).
 

@@ -8,55 +8,56 @@
       report.json       the timing summary computed at compile time (optional)
 
 Loading needs neither the model's Python code nor torch (unless outputs are converted back to
-torch tensors). A missing file, a bad checksum or another format version is a clear error.
+torch tensors), and is data only: it never imports or calls anything a file names. The manifest
+lists a sha256 digest per file and carries one checksum over itself (and so over every file);
+files are read through `artifact_files` (inside the artifact, regular, bounded) and checked
+against `artifact_schema` before use. A missing file, a bad checksum, a malformed field or another
+format version is an `ArtifactError` naming the file and the field. (A checksum catches
+corruption and editing by mistake; it is not a signature: see SECURITY.md.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
 
 from trnsim.errors import TrnsimError
+from trnsim.runtime import artifact_schema as schema
+from trnsim.runtime.artifact_files import ArtifactError, parse_json, read_member
+from trnsim.runtime.artifact_schema import ARTIFACT_FORMAT
 
-ARTIFACT_FORMAT = 1
+__all__ = [
+    "ARTIFACT_FORMAT",
+    "Artifact",
+    "ArtifactError",
+    "manifest_checksum",
+    "rank_key",
+    "read",
+    "write",
+]
 
 
-class ArtifactError(TrnsimError):
-    """A saved model that is missing, corrupted, or from an incompatible version."""
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+def manifest_checksum(manifest: dict) -> str:
+    """The checksum of a manifest: sha256 of its canonical JSON without the checksum itself. Its
+    `files` digests make it cover every file of the artifact."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return _digest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-def save_constants(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Raw bytes per tensor (safetensors has no bf16/fp8 numpy types): dtype kept in the manifest."""
-    from safetensors.numpy import save_file
+def save_constants(arrays: dict[str, np.ndarray]) -> bytes:
+    """Raw bytes per tensor (safetensors has no bf16/fp8 numpy types): dtype kept in the program."""
+    from safetensors.numpy import save
 
     raw = {name: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for name, a in arrays.items()}
-    save_file(raw, str(path))
-
-
-def load_constants(path: Path, specs: dict[str, dict]) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    from trnsim.numerics import dtype as as_dtype
-
-    raw = load_file(str(path))
-    out = {}
-    for name, spec in specs.items():
-        if name not in raw:
-            raise ArtifactError(f"{path}: constant {name!r} is missing")
-        dt = as_dtype(spec["dtype"])
-        out[name] = raw[name].view(dt.np_dtype).reshape(spec["shape"])
-    return out
+    return save(raw)
 
 
 def rank_key(name: str, rank: int) -> str:
@@ -67,61 +68,184 @@ def rank_key(name: str, rank: int) -> str:
 
 def write(directory: str | Path, manifest: dict, program_data: dict,
           constants: dict[str, np.ndarray], report: dict | None = None,
-          more_programs: dict[str, dict] | None = None) -> Path:
+          more_programs: dict[str, dict] | None = None,
+          stage_manifests: list[str] | None = None) -> Path:
     """`more_programs`: programs beside the main one that use its constants, by name
-    (``program.<name>.json``; `read_program` reads one back)."""
+    (``program.<name>.json``); `stage_manifests`: members such as ``stage1/manifest.json``
+    written before this one, which this manifest's checksum then covers."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "program.json").write_text(json.dumps(program_data))
-    save_constants(root / "constants.safetensors", constants)
-    files = {"program.json": _digest(root / "program.json"),
-             "constants.safetensors": _digest(root / "constants.safetensors")}
+    contents = {"program.json": json.dumps(program_data).encode(),
+                "constants.safetensors": save_constants(constants)}
     for name, data in (more_programs or {}).items():
-        file = f"program.{name}.json"
-        (root / file).write_text(json.dumps(data))
-        files[file] = _digest(root / file)
+        contents[f"program.{name}.json"] = json.dumps(data).encode()
     if report is not None:
-        (root / "report.json").write_text(json.dumps(report))
+        contents["report.json"] = json.dumps(report).encode()
+    for name, data in contents.items():
+        (root / name).write_bytes(data)
+    files = {name: _digest(data) for name, data in contents.items()}
+    for name in stage_manifests or ():
+        files[name] = _digest((root / name).read_bytes())
     from trnsim import __version__
 
-    full = {"format": ARTIFACT_FORMAT, "trnsim_version": __version__, "files": files, **manifest}
+    full = {"format": ARTIFACT_FORMAT, "trnsim_version": __version__, **manifest, "files": files}
+    full["checksum"] = manifest_checksum(full)
     (root / "manifest.json").write_text(json.dumps(full, indent=1))
     return root
 
 
-def read_program(directory: str | Path, name: str) -> dict:
-    """One of `write`'s `more_programs` (`read` has checked its checksum)."""
-    path = Path(directory) / f"program.{name}.json"
-    if not path.exists():
-        raise ArtifactError(f"{directory}: program.{name}.json is missing")
-    return json.loads(path.read_text())
+class Artifact:
+    """One artifact directory, its manifest checked and its files read on demand, each once,
+    each compared with its digest."""
 
+    def __init__(self, directory: str | Path, *, stage: bool = False,
+                 manifest_bytes: bytes | None = None) -> None:
+        """`manifest_bytes`: the manifest already read (a stage's, checked by its parent)."""
+        self.root = Path(directory)
+        if not self.root.is_dir():
+            raise ArtifactError(f"{self.root} is not a trnsim model (no such directory)")
+        data = manifest_bytes
+        if data is None:
+            if not (self.root / "manifest.json").exists():
+                raise ArtifactError(f"{self.root} is not a trnsim model (no manifest.json)")
+            data = read_member(self.root, "manifest.json", schema.MAX_MANIFEST_BYTES)
+        self.manifest_file = f"{self.root}/manifest.json"
+        manifest = parse_json(data, self.manifest_file)
+        schema.check_format(manifest, self.manifest_file)
+        if not isinstance(manifest.get("checksum"), str) or \
+                manifest["checksum"] != manifest_checksum(manifest):
+            raise ArtifactError(f"{self.manifest_file} does not match its checksum (a missing "
+                                f"'checksum' or 'files' field, or an edited manifest, is refused)")
+        self.manifest = schema.check_manifest(manifest, self.manifest_file, stage=stage)
+        self._programs: dict[str, dict] = {}
 
-def read(directory: str | Path) -> tuple[dict, dict, dict[str, np.ndarray], dict | None]:
-    root = Path(directory)
-    manifest_path = root / "manifest.json"
-    if not manifest_path.exists():
-        raise ArtifactError(f"{root} is not a trnsim model (no manifest.json)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise ArtifactError(f"{manifest_path} is corrupted: {error}") from None
-    if manifest.get("format") != ARTIFACT_FORMAT:
-        raise ArtifactError(f"{root} has artifact format {manifest.get('format')!r}; this trnsim "
-                            f"reads format {ARTIFACT_FORMAT} (recompile the model)")
-    for name, digest in manifest.get("files", {}).items():
-        path = root / name
-        if not path.exists():
-            raise ArtifactError(f"{root}: {name} is missing")
-        if _digest(path) != digest:
-            raise ArtifactError(f"{root}: {name} does not match its checksum (corrupted or edited)")
-    program_data = json.loads((root / "program.json").read_text())
-    specs = {t["name"]: t for t in program_data["tensors"] if t["kind"] == "constant"}
-    for name in manifest.get("sharded", []):  # tensor-parallel ranks' chunks of a weight
-        for rank in range(1, int(manifest.get("tensor_parallel", 1))):
+    def member(self, name: str, limit: int) -> bytes:
+        """A file of the artifact, refused unless the manifest lists it with a matching digest."""
+        digest = self.manifest["files"].get(name)
+        if digest is None:
+            raise ArtifactError(f"{self.manifest_file} field 'files' does not list {name}")
+        data = read_member(self.root, name, limit)
+        if _digest(data) != digest:
+            raise ArtifactError(f"{self.root}: {name} does not match its checksum (corrupted or "
+                                f"edited)")
+        return data
+
+    def json_member(self, name: str, limit: int):
+        return parse_json(self.member(name, limit), f"{self.root}/{name}")
+
+    def program_data(self, name: str = "program.json") -> dict:
+        """A program file's data, checked against the schema (read once)."""
+        if name not in self._programs:
+            data = self.json_member(name, schema.MAX_PROGRAM_BYTES)
+            schema.check_program(data, f"{self.root}/{name}")
+            self._programs[name] = data
+        return self._programs[name]
+
+    def program(self, name: str = "program.json", constants: dict | None = None):
+        """A program file, checked against the schema, decoded and verified."""
+        from trnsim.isa.serialize import program_from_data
+
+        file = f"{self.root}/{name}"
+        data = self.program_data(name)
+        try:
+            program = program_from_data(data, constants)
+            program.verify()
+        except TrnsimError as error:
+            raise ArtifactError(f"{file} field 'instructions' is not a valid program ({error})") \
+                from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            raise ArtifactError(f"{file} field 'instructions' is malformed ({type(error).__name__}"
+                                f": {error})") from None
+        return program
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The constant tensors the programs of the artifact name (and, for a tensor-parallel
+        model, every rank's chunk of the sharded ones), each checked against its declaration."""
+        data = self.program_data()
+        specs = {t["name"]: t for t in data["tensors"] if t["kind"] == "constant"}
+        ranks = self.manifest.get("tensor_parallel", 1)
+        for name in self.manifest.get("sharded", []):
             if name in specs:
-                specs[rank_key(name, rank)] = specs[name]
-    constants = load_constants(root / "constants.safetensors", specs)
-    report_path = root / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    return manifest, program_data, constants, report
+                for rank in range(1, ranks):
+                    specs[rank_key(name, rank)] = specs[name]
+        raw = self.member("constants.safetensors", schema.MAX_CONSTANTS_BYTES)
+        return load_constants(raw, specs, f"{self.root}/constants.safetensors")
+
+    def report(self) -> dict | None:
+        if "report.json" not in self.manifest["files"]:
+            return None
+        return self.json_member("report.json", schema.MAX_REPORT_BYTES)
+
+
+def load_constants(raw: bytes, specs: dict[str, dict], file: str) -> dict[str, np.ndarray]:
+    """The arrays `specs` declare, from safetensors bytes whose header is checked first."""
+    from safetensors.numpy import load
+
+    from trnsim.numerics import dtype as as_dtype
+
+    header = safetensors_header(raw, file)
+    out = {}
+    for name, spec in specs.items():
+        entry = header.get(name)
+        if entry is None:
+            raise ArtifactError(f"{file} field {name!r} is missing (a constant the program needs)")
+        dt = as_dtype(spec["dtype"])
+        need = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
+        have = entry["data_offsets"][1] - entry["data_offsets"][0]
+        if have != need:
+            raise ArtifactError(f"{file} field {name!r} holds {have} bytes; its shape "
+                                f"{list(spec['shape'])} of {dt.name} needs {need}")
+    try:
+        arrays = load(raw)
+    except Exception as error:  # the safetensors parser's own error types
+        raise ArtifactError(f"{file} is not a valid safetensors file ({error})") from None
+    for name, spec in specs.items():
+        out[name] = arrays[name].view(as_dtype(spec["dtype"]).np_dtype).reshape(spec["shape"])
+    return out
+
+
+def safetensors_header(raw: bytes, file: str) -> dict:
+    """The header of a safetensors file, bounded and checked: every entry raw bytes (U8, 1-D)
+    whose offsets lie inside the data and tile it without gaps or overlaps."""
+    if len(raw) < 8:
+        raise ArtifactError(f"{file} is truncated ({len(raw)} bytes, no header)")
+    (size,) = struct.unpack("<Q", raw[:8])
+    if size > schema.MAX_SAFETENSORS_HEADER_BYTES:
+        raise ArtifactError(f"{file} field 'header' declares {size} bytes, over the limit of "
+                            f"{schema.MAX_SAFETENSORS_HEADER_BYTES}")
+    if 8 + size > len(raw):
+        raise ArtifactError(f"{file} is truncated (header of {size} bytes, file of {len(raw)})")
+    header = parse_json(raw[8:8 + size], file)
+    if not isinstance(header, dict):
+        raise ArtifactError(f"{file} field 'header' must be an object")
+    header.pop("__metadata__", None)
+    data_bytes = len(raw) - 8 - size
+    spans = []
+    for name, entry in header.items():
+        where = f"header.{name}"
+        schema.record(entry, file, where, {"dtype", "shape", "data_offsets"})
+        if entry["dtype"] != "U8":
+            raise schema.fail(file, f"{where}.dtype", "must be U8 (trnsim stores raw bytes)")
+        offsets = schema.listing(entry["data_offsets"], file, f"{where}.data_offsets", 2)
+        begin, end = (*offsets, None, None)[:2]
+        schema.integer(begin, file, f"{where}.data_offsets", 0, data_bytes)
+        schema.integer(end, file, f"{where}.data_offsets", begin, data_bytes)
+        if entry["shape"] != [end - begin]:
+            raise schema.fail(file, f"{where}.shape", f"must be [{end - begin}]")
+        spans.append((begin, end))
+    position = 0
+    for begin, end in sorted(spans):
+        if begin != position:
+            raise ArtifactError(f"{file} field 'header' has overlapping or gapped tensors")
+        position = end
+    if position != data_bytes:
+        raise ArtifactError(f"{file} is truncated or padded ({data_bytes} data bytes, the header "
+                            f"describes {position})")
+    return header
+
+
+def read(directory: str | Path, *, stage: bool = False
+         ) -> tuple[dict, dict, dict[str, np.ndarray], dict | None]:
+    """(manifest, program data, constants, report) of a checked artifact (compatibility)."""
+    artifact = Artifact(directory, stage=stage)
+    return artifact.manifest, artifact.program_data(), artifact.constants(), artifact.report()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,9 @@ from trnsim.runtime.cores import CoresUnavailableError, visible_cores
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
 CACHE_ENV = "TRNSIM_CACHE_DIR"
+# torch.export, the NKI tracer and the lowering keep per-process state (the current trace, the
+# fake-tensor mode): one trace or lowering at a time; other threads wait their turn
+COMPILE_LOCK = threading.RLock()
 
 
 def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cores: int = 1,
@@ -42,6 +46,16 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     On Inferentia (inf1), `pipeline_cores=N` (neuron-cc's --neuroncore-pipeline-cores) cuts the
     model into N stages on N cores (see trnsim.runtime.pipeline).
     """
+    with COMPILE_LOCK:
+        return _trace(model, example_inputs, instance=instance, cores=cores, auto_cast=auto_cast,
+                      auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc, workdir=workdir,
+                      dump_after=dump_after, kwargs=kwargs, tensor_parallel=tensor_parallel,
+                      pipeline_cores=pipeline_cores, model_type=model_type)
+
+
+def _trace(model: Any, example_inputs: Any, *, instance: str, cores: int, auto_cast, auto_cast_type,
+           optlevel, lnc, workdir, dump_after, kwargs, tensor_parallel,
+           pipeline_cores, model_type) -> CompiledModel:
     from trnsim.compiler import capture, options_from_env, run_pipeline
 
     spec = hardware.instance(instance)
@@ -257,11 +271,12 @@ class _LazyLowering:
         self._lowered = None
 
     def _lower(self):
-        if self._lowered is None:
-            from trnsim.compiler.lowering import lower
+        with COMPILE_LOCK:
+            if self._lowered is None:
+                from trnsim.compiler.lowering import lower
 
-            graph, core, lnc = self._args
-            self._lowered = lower(graph, core, lnc=lnc)
+                graph, core, lnc = self._args
+                self._lowered = lower(graph, core, lnc=lnc)
         return self._lowered
 
     def __call__(self):

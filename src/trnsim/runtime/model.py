@@ -144,7 +144,8 @@ class CompiledModel:
             produced = run_stages(self.stages, arrays, self.chip)
         else:
             produced = self._simulate(arrays, "functional")[0].outputs  # replicated on every rank
-        values = [produced[spec.name] for spec in self.outputs]
+        # a scalar result is held in a one-element tensor: give it eager's shape () back
+        values = [produced[spec.name].reshape(spec.shape) for spec in self.outputs]
         as_torch = any(_is_torch(v) for v in flat) or (not flat)
         converted = [_to_torch(v, spec) if as_torch else v for v, spec in zip(values, self.outputs,
                                                                                 strict=True)]
@@ -305,6 +306,14 @@ def _to_array(value, spec: InputSpec) -> np.ndarray:
     array = np.asarray(value)
     target = as_dtype(spec.dtype)
     if array.dtype.kind in "iub" and target.is_int:
+        info = np.iinfo(target.np_dtype)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            from trnsim.errors import LimitExceededError
+
+            bad = array.max() if array.max() > info.max else array.min()
+            raise LimitExceededError(f"input {spec.name} value", int(bad), f"the {target.name} "
+                                     f"range [{info.min}, {info.max}]", context="the model was "
+                                     "compiled for it (int64 is narrowed, as neuronx-cc does)")
         return array.astype(target.np_dtype)  # int64 token ids -> int32, as neuronx-cc does
     return cast(array, target, rounding="rne") if array.dtype != target.np_dtype else array
 
@@ -321,4 +330,4 @@ def _to_torch(array: np.ndarray, spec: OutputSpec):
         tensor = torch.from_numpy(np.ascontiguousarray(array))
     if name and hasattr(torch, name) and str(tensor.dtype) != f"torch.{name}":
         tensor = tensor.to(getattr(torch, name))
-    return tensor
+    return tensor.reshape(array.shape)  # np.ascontiguousarray makes a 0-d array 1-d

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from trnsim.runtime.artifact import ArtifactError, rank_key, read, read_program, write
+from trnsim.runtime.artifact import Artifact, ArtifactError, rank_key, write
+from trnsim.runtime.artifact_schema import check_against_programs
 from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
 
 
@@ -14,13 +15,14 @@ def save_model(model: CompiledModel, path) -> Path:
     LNC=2 model's second physical core's program is ``program.core1.json`` in it."""
     from trnsim.isa.serialize import program_to_data
 
-    stages = []
+    stages, stage_manifests = [], []
     for index, stage in enumerate(model.stages):
         program = stage.program
         stages.append({"inputs": stage.inputs, "outputs": stage.outputs})
         if index:
             write(Path(path) / f"stage{index}", {"name": f"{model.name} stage {index}"},
                   program_to_data(program), _constants(program))
+            stage_manifests.append(f"stage{index}/manifest.json")
     constants = _constants(model.program)
     sharded = sorted(t.name for t in model.program.tensors.values()
                      if t.kind == "constant" and getattr(t.data, "sharded", False))
@@ -37,7 +39,8 @@ def save_model(model: CompiledModel, path) -> Path:
     }
     more = ({"core1": program_to_data(model.physical_programs()[1])}
             if model.partner_source is not None else None)
-    return write(path, manifest, program_to_data(model.program), constants, more_programs=more)
+    return write(path, manifest, program_to_data(model.program), constants, more_programs=more,
+                 stage_manifests=stage_manifests)
 
 
 def _constants(program) -> dict:
@@ -60,49 +63,54 @@ class _RankArrays:
 
 
 def load_model(path) -> CompiledModel:
-    """Load a model saved with CompiledModel.save (no model code needed)."""
+    """Load a model saved with CompiledModel.save (no model code needed; data only: every
+    field is checked by `artifact_schema` before it is used)."""
     from trnsim.compiler.lowering import KernelCall
     from trnsim.compiler.structure import Structure
-    from trnsim.isa.serialize import program_from_data
 
-    manifest, program_data, constants, _ = read(path)
+    artifact = Artifact(path)
+    manifest, file = artifact.manifest, artifact.manifest_file
+    constants = artifact.constants()
+    program = artifact.program("program.json", constants)
     try:
-        program = program_from_data(program_data, constants)
         inputs = [InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
         outputs = [OutputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
-        kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
-        stages = _load_stages(path, program, manifest.get("stages", []))
-        shared = manifest.get("lnc_shared")
-        ranks = int(manifest.get("tensor_parallel", 1))
-        for name in manifest.get("sharded", []):
-            chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
-            program.tensors[name].data = _RankArrays(chunks)
-        partner = None
-        if shared is not None:
-            partner = program_from_data(read_program(path, "core1"), constants)
-            for name in manifest.get("sharded", []):
-                partner.tensors[name].data = program.tensors[name].data  # every rank's chunks
-    except (KeyError, TypeError, ValueError) as error:
-        raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
-    return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs, outputs=outputs,
-                         instance=manifest["instance"], options=manifest["options"],
-                         input_structure=structures[0], output_structure=structures[1],
-                         kernels=kernels, placement=manifest.get("placement", []),
-                         tensor_parallel=ranks, stages=stages, partner_source=partner,
-                         shared=tuple(shared or ()))
+        kernels = [KernelCall(**k) for k in manifest["kernels"]]
+    except (KeyError, TypeError, ValueError) as error:  # the schema has checked each field
+        raise ArtifactError(f"{file}: manifest is malformed ({error})") from None
+    stages = _load_stages(artifact, program, manifest["stages"])
+    check_against_programs(manifest, [s.program for s in stages] or [program], file)
+    shared = manifest["lnc_shared"]
+    ranks = manifest["tensor_parallel"]
+    for name in manifest["sharded"]:
+        chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
+        program.tensors[name].data = _RankArrays(chunks)
+    partner = None
+    if shared is not None:
+        partner = artifact.program("program.core1.json", constants)
+        for name in manifest["sharded"]:
+            partner.tensors[name].data = program.tensors[name].data  # every rank's chunks
+    return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs,
+                         outputs=outputs, instance=manifest["instance"],
+                         options=manifest["options"], input_structure=structures[0],
+                         output_structure=structures[1], kernels=kernels,
+                         placement=manifest["placement"], tensor_parallel=ranks, stages=stages,
+                         partner_source=partner, shared=tuple(shared or ()))
 
 
-def _load_stages(path, first, described: list[dict]) -> list:
-    from trnsim.isa.serialize import program_from_data
+def _load_stages(artifact: Artifact, first, described: list[dict]) -> list:
     from trnsim.runtime.pipeline import PipelineStage
 
     stages = []
     for index, stage in enumerate(described):
         if index:
-            _, data, constants, _ = read(Path(path) / f"stage{index}")
-            program = program_from_data(data, constants)
+            from trnsim.runtime.artifact_schema import MAX_MANIFEST_BYTES
+
+            listed = artifact.member(f"stage{index}/manifest.json", MAX_MANIFEST_BYTES)
+            inner = Artifact(artifact.root / f"stage{index}", stage=True, manifest_bytes=listed)
+            program = inner.program("program.json", inner.constants())
         else:
             program = first
         stages.append(PipelineStage(program, [tuple(x) for x in stage["inputs"]],

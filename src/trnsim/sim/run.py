@@ -49,7 +49,7 @@ class RunResult:
 
 
 def simulate(program: Program, inputs: Mapping[str, np.ndarray] | None = None, *,
-             mode: str = "functional", seed: int = 0, chip=None) -> RunResult:
+             mode: str = "functional", seed: int | None = None, chip=None) -> RunResult:
     """Run one program on one core of `chip` (a ChipSpec or a name such as "trn2"; default: the
     chip of the program's core version, see `default_chip`)."""
     return simulate_cores([program], [inputs], chip=chip, mode=mode, seed=seed)[0]
@@ -57,7 +57,7 @@ def simulate(program: Program, inputs: Mapping[str, np.ndarray] | None = None, *
 
 def simulate_cores(programs: Sequence[Program],
                    inputs: Sequence[Mapping[str, np.ndarray] | None] | None = None, *, chip=None,
-                   mode: str = "functional", seed: int = 0,
+                   mode: str = "functional", seed: int | None = None,
                    shared: Mapping[str, np.ndarray | None] | Iterable[str] | None = None,
                    ) -> list[RunResult]:
     """Run one program per core of one chip, concurrently.
@@ -76,7 +76,8 @@ def simulate_cores(programs: Sequence[Program],
 def simulate_system(programs: Sequence[Program],
                     inputs: Sequence[Mapping[str, np.ndarray] | None] | None = None, *,
                     slots: Sequence[CoreSlot] | None = None, chip=None, mode: str = "functional",
-                    seed: int = 0, shared: Mapping[str, np.ndarray | None] | Iterable[str] | None = None,
+                    seed: int | None = None,
+                    shared: Mapping[str, np.ndarray | None] | Iterable[str] | None = None,
                     world: World | None = None) -> list[RunResult]:
     """Run programs on the cores of one or more chips of the same kind, concurrently.
 
@@ -120,12 +121,16 @@ def simulate_system(programs: Sequence[Program],
     runs = [CoreRun(i, program, schedulers[i], slot=slots[i])  # verifies
             for i, program in enumerate(programs)]
     if functional:
+        from trnsim.numerics.random import env_seed
+
+        run_seed = seed if seed is not None else env_seed()  # NEURON_RT_STOCHASTIC_ROUNDING_SEED
         for c in chips:
             members = [i for i, s in enumerate(slots) if s.chip == c]
             _load_tensors(hbms[c], [programs[i] for i in members], [inputs[i] for i in members],
                           [keys[i] for i in members], shared_values)
         for i, run in enumerate(runs):
-            run.state = CoreState(chip.core, hbms[slots[i].chip], keys[i], seed=seed, core_index=i)
+            run.state = CoreState(chip.core, hbms[slots[i].chip], keys[i], seed=run_seed,
+                                  core_index=i)
     if functional:
         with blas_threads_capped():
             run_cores(runs, SyncHub(runs, world))

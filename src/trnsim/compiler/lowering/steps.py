@@ -21,7 +21,8 @@ _ACTIVATIONS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "r
                 "sin": "sin", "cos": "cos", "abs": "abs", "sign": "sign", "relu": "relu",
                 "floor": "floor", "ceil": "ceil"}
 _BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "pow",
-           "maximum": "max", "minimum": "min", "remainder": "mod", "bitwise_and": "bitwise_and",
+           "maximum": "max", "minimum": "min", "remainder": "mod", "fmod": "mod",
+           "bitwise_and": "bitwise_and",
            "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "eq": "equal",
            "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
            "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
@@ -43,8 +44,8 @@ def _step(step: Step, args: list[Any]) -> Tile | float:
         return ew.activation(kind, args[0], dtype=dt)
     if op == "neg":
         return ew.binary("multiply", args[0], -1.0, dtype=dt)
-    if op == "round":  # ASSUMPTION: half away from zero via floor(x + 0.5); ties differ from RNE
-        return ew.activation("floor", ew.binary("add", args[0], 0.5, dtype="float32"), dtype=dt)
+    if op == "round":
+        return _round_half_even(args[0], dt)
     if op == "clamp":
         value = args[0]
         if step.attr("min") is not None:
@@ -66,8 +67,43 @@ def _step(step: Step, args: list[Any]) -> Tile | float:
             # for the indices and counts models divide
             quotient = ew.binary(name, args[0], args[1], dtype="float32")
             return ew.activation("floor", quotient, dtype=dt)
+        if op == "remainder":
+            return _remainder(args[0], args[1], dt)
         return ew.binary(name, args[0], args[1], dtype=dt)
     raise IRError(f"element-wise op {op!r} has no NKI lowering")
+
+
+# fp32 addition rounds to nearest even; adding then removing 2^23 (with x's sign) leaves x
+# rounded to an integer, ties to even, for |x| < 2^23 (fp32 values at or past 2^23 are integers)
+_FP32_INTEGER_MAGNITUDE = float(2**23)
+
+
+def _round_half_even(x: Any, dt: str) -> Tile:
+    """torch.round: round half to even (0.5 -> 0, 2.5 -> 2, -1.5 -> -2)."""
+    from trnsim.nki.language import elementwise as ew
+
+    magic = ew.binary("multiply", ew.activation("sign", x, dtype="float32"),
+                      _FP32_INTEGER_MAGNITUDE, dtype="float32")
+    shifted = ew.binary("add", x, magic, dtype="float32")
+    rounded = ew.binary("subtract", shifted, magic, dtype="float32")
+    small = ew.binary("less", ew.activation("abs", x, dtype="float32"), _FP32_INTEGER_MAGNITUDE,
+                      dtype="uint8")
+    return nl.where(small, rounded, x, dtype=dt)
+
+
+def _remainder(a: Any, b: Any, dt: str) -> Tile:
+    """torch.remainder / Python %: the result takes the divisor's sign. The engines' mod is C
+    fmod (the dividend's sign), so a non-zero result of the other sign gets b added once."""
+    from trnsim.nki.language import elementwise as ew
+
+    r = ew.binary("mod", a, b, dtype=dt)
+    r_negative = ew.binary("less", r, 0.0, dtype="float32")
+    b_negative = (ew.binary("less", b, 0.0, dtype="float32") if isinstance(b, Tile)
+                  else float(b < 0))
+    differ = ew.binary("not_equal", r_negative, b_negative, dtype="float32")
+    fix = ew.binary("logical_and", differ, ew.binary("not_equal", r, 0.0, dtype="float32"),
+                    dtype="float32")
+    return ew.binary("add", r, ew.binary("multiply", fix, b, dtype=dt), dtype=dt)
 
 
 def to_callable(program: Program, *, has_acc: bool, first_operand: int = 0) -> Callable[..., Tile]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trnsim.errors import InvalidArgumentError
+
 sbuf = "sbuf"
 psum = "psum"
 hbm = "private_hbm"  # legacy: hbm is an alias of private_hbm
@@ -61,7 +63,24 @@ def split_shape(shape) -> tuple[tuple[int, ...], int]:
     """(plain int shape, index of the partition dim). Without par_dim, dim 0 is the partition."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
-    return tuple(int(s) for s in shape), (marks[0] if marks else 0)
+    return tuple(dimension(s, shape) for s in shape), (marks[0] if marks else 0)
+
+
+def dimension(size, shape) -> int:
+    """One dimension of a tile shape: a positive integer (a float such as 256.7 or a negative
+    size is an error, as the NKI compiler reports it, never truncated)."""
+    if isinstance(size, par_dim):
+        size = size.size
+    if isinstance(size, bool) or not hasattr(size, "__index__"):
+        raise InvalidArgumentError(f"shape {_shown(shape)}: dimension {size!r} is not an integer")
+    size = size.__index__()
+    if size <= 0:
+        raise InvalidArgumentError(f"shape {_shown(shape)}: dimension {size} must be positive")
+    return size
+
+
+def _shown(shape) -> str:
+    return "(" + ", ".join(str(getattr(s, "size", s)) for s in shape) + ")"
 
 
 class tile_size:
