@@ -52,6 +52,54 @@ class ZooEntry:
         return inputs
 
 
+def config_path(name: str):
+    """A shipped Hugging Face config.json (`trnsim/perf/data/models/NAME.json`)."""
+    from importlib import resources
+
+    return resources.files("trnsim.perf") / "data" / "models" / f"{name}.json"
+
+
+def read_config(path) -> dict:
+    """A config.json as a dict, without the keys trnsim's files add for people (``_source``)."""
+    import json
+
+    from trnsim.errors import InvalidArgumentError
+
+    try:
+        data = json.loads(open(path).read() if isinstance(path, str) else path.read_text())
+    except (OSError, ValueError) as error:
+        raise InvalidArgumentError(f"cannot read model config {path}: {error}") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise InvalidArgumentError(f"{path}: not a Hugging Face config.json (no 'model_type')")
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def causal_lm_builder(config: dict) -> Callable[[], object]:
+    """Build a causal LM from a config dict (transformers' own classes; a config never names
+    code to run: remote code is not loaded)."""
+    def build():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        values = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
+        try:
+            cfg = transformers.AutoConfig.for_model(config["model_type"], **values)
+        except (KeyError, ValueError) as error:
+            from trnsim.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"model_type {config['model_type']!r}: {error}") from None
+        return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    return build
+
+
+def _hf_json(name: str) -> Callable[[], object]:
+    def build():
+        return causal_lm_builder(read_config(config_path(name)))()
+    return build
+
+
 def _hf(cls_name: str, config_cls: str, **config):
     def build():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -100,10 +148,8 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
     # bench --decode per generated token after `seq` cached tokens; build them under
     # trnsim.empty_weights() unless the host has the memory for fp32 weights
     ZooEntry("llama-3.2-1b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
-    ZooEntry("llama-2-7b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=4096,
-                                       intermediate_size=11008, num_hidden_layers=32,
-                                       num_attention_heads=32, num_key_value_heads=32,
-                                       vocab_size=32000, max_position_embeddings=4096)),
+    ZooEntry("llama-2-7b", "causal-lm", _hf_json("llama-2-7b")),
+    ZooEntry("llama-3-8b", "causal-lm", _hf_json("llama-3-8b")),
     ZooEntry("mistral-7b", "causal-lm", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
                                        intermediate_size=14336, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=8,
