@@ -154,7 +154,7 @@ def _print(data: dict) -> None:
     table.add_column("value", justify="right")
     price = data["usd_per_million_tokens"]
     for name, value in (
-            ("TTFT (prefill, bucket %d)" % data["prefill_bucket"], f"{data['ttft_ms']:.2f} ms"),
+            (f"TTFT (prefill, bucket {data['prefill_bucket']})", f"{data['ttft_ms']:.2f} ms"),
             ("TPOT mean", f"{data['tpot_ms']:.2f} ms"),
             ("TPOT p50 / p99", f"{data['tpot_p50_ms']:.2f} / {data['tpot_p99_ms']:.2f} ms"),
             ("end-to-end", f"{data['e2e_ms']:.1f} ms"),
