@@ -65,8 +65,10 @@ def read_config(path) -> dict:
 
     from trnsim.errors import InvalidArgumentError
 
+    from pathlib import Path
+
     try:
-        data = json.loads(open(path).read() if isinstance(path, str) else path.read_text())
+        data = json.loads((Path(path) if isinstance(path, str) else path).read_text())
     except (OSError, ValueError) as error:
         raise InvalidArgumentError(f"cannot read model config {path}: {error}") from None
     if not isinstance(data, dict) or "model_type" not in data:

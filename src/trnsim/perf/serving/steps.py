@@ -232,6 +232,29 @@ class SequenceLogits:
         logits = self._program(batch, bucket)(padded)
         return logits[:, length - 1]
 
+    def rows(self, rows: list[list[int]], batch: int) -> Any:
+        """Next-token logits of each of `rows` (token id lists of any lengths), run as one
+        batch of `batch` rows (the compiled batch size; unused rows are padding)."""
+        import torch
+
+        from trnsim.perf.serving.buckets import bucket_for
+
+        if len(rows) > batch:
+            raise InvalidArgumentError(f"{len(rows)} sequences exceed the compiled batch {batch}")
+        longest = max(len(r) for r in rows)
+        bucket = bucket_for(longest, self.buckets, "sequence")
+        padded = torch.zeros((batch, bucket), dtype=torch.long)
+        for i, row in enumerate(rows):
+            padded[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        logits = self._program(batch, bucket)(padded)
+        last = torch.tensor([len(r) - 1 for r in rows])
+        return logits[torch.arange(len(rows)), last]
+
+    def warm(self, batch: int) -> None:
+        """Compile every bucket's program now (a server does this before taking requests)."""
+        for bucket in self.buckets:
+            self._program(batch, bucket)
+
     def _program(self, batch: int, bucket: int) -> Any:
         import torch
 

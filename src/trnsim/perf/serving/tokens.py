@@ -37,21 +37,21 @@ class Sampling:
             raise InvalidArgumentError(f"top_k must be >= 0; got {self.top_k}")
 
 
-def _warpers(sampling: Sampling) -> list:
+def warpers(sampling: Sampling) -> list:
     from transformers.generation.logits_process import (
         TemperatureLogitsWarper,
         TopKLogitsWarper,
         TopPLogitsWarper,
     )
 
-    warpers = []
+    chosen = []
     if sampling.temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+        chosen.append(TemperatureLogitsWarper(sampling.temperature))
     if sampling.top_k:
-        warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
+        chosen.append(TopKLogitsWarper(top_k=sampling.top_k))
     if sampling.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
-    return warpers
+        chosen.append(TopPLogitsWarper(top_p=sampling.top_p))
+    return chosen
 
 
 def generate_tokens(next_logits: Callable[[Any], Any], input_ids: Any, max_new_tokens: int, *,
@@ -66,14 +66,14 @@ def generate_tokens(next_logits: Callable[[Any], Any], input_ids: Any, max_new_t
         sampling.check()
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
-    warpers = _warpers(sampling) if sampling.do_sample else []
+    warps = warpers(sampling) if sampling.do_sample else []
     generator = torch.Generator().manual_seed(sampling.seed)
     ids = input_ids.clone()
     unfinished = torch.ones(ids.shape[0], dtype=torch.long)
     for _ in range(max_new_tokens):
         scores = next_logits(ids).to(dtype=torch.float32)
         if sampling.do_sample:
-            for warp in warpers:
+            for warp in warps:
                 scores = warp(ids, scores)
             probs = torch.nn.functional.softmax(scores, dim=-1)
             token = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
