@@ -140,8 +140,16 @@ def predict_collective(row: dict) -> float:
     return time_ns / 1e3
 
 
+def predict_generation(row: dict) -> float:
+    """TTFT or TPOT (ms) of an LLM generation row (`trnsim.perf.serving.validation`)."""
+    from trnsim.perf.serving.validation import predict_generation as predict
+
+    return predict(row)
+
+
 PREDICTORS: dict[str, Callable[[dict], float]] = {
-    "model": predict_model, "kernel": predict_kernel, "collective": predict_collective}
+    "model": predict_model, "kernel": predict_kernel, "collective": predict_collective,
+    "generation": predict_generation}
 
 
 def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = None,
@@ -190,7 +198,7 @@ def _predict(row: dict, result: RowResult) -> None:
     except Exception as error:  # a bug must not hide the other rows; it is reported as such
         result.status, result.reason = "error", f"{type(error).__name__}: {error}"
         return
-    native_ms = {"model": 1.0, "kernel": 1.0, "collective": 1e-3}[row["kind"]]
+    native_ms = {"model": 1.0, "kernel": 1.0, "collective": 1e-3, "generation": 1.0}[row["kind"]]
     result.predicted = value * native_ms / _UNITS_TO_MS[row["unit"]]
     result.error_pct = 100.0 * (result.predicted - result.measured) / result.measured
 

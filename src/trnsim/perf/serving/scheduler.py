@@ -67,7 +67,7 @@ class SchedulerConfig:
             else self.max_num_seqs
 
 
-@dataclass
+@dataclass(eq=False, slots=True)  # compared by identity: a sequence is one request's life
 class Sequence:
     request: Request
     admitted: int = 0  # admission order, for preemption
@@ -200,6 +200,15 @@ class Replica:
     def _make_room(self, running: list[Sequence], waiting: deque[Sequence]) -> list[Sequence]:
         """The sequences that decode this iteration, each with a block for its next token;
         preempts the latest admitted ones (back to the front of the queue) when blocks run out."""
+        if not running:
+            return []
+        size = self.config.block_size
+        needs = [max(-(-s.positions // size) - s.blocks, 0) for s in running]
+        if sum(needs) <= self.free_blocks:  # the common case: room for every sequence
+            for seq, need in zip(running, needs, strict=True):
+                seq.blocks += need
+            self.free_blocks -= sum(needs)
+            return list(running)
         for seq in sorted(running, key=lambda s: s.admitted):
             if seq not in running:
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,9 +75,10 @@ class StepTimer:
     bucket). `build` makes the model (it is called at most once, under `empty_weights`)."""
 
     def __init__(self, name: str, build: Callable[[], Any], config: dict,
-                 deployment: Deployment, *, persist: bool = True,
+                 deployment: Deployment, *, persist: bool = True, compose_layers: bool = False,
                  progress: Callable[[str], None] | None = None) -> None:
         self.name = name
+        self.compose_layers = compose_layers
         self.deployment = deployment
         self._build = build
         self._model = None
@@ -128,31 +130,51 @@ class StepTimer:
         return dict(self._times)
 
     def _time(self, phase: str, batch: int, size: int) -> float:
-        key = f"{phase}:{batch}:{size}"
+        if self.compose_layers:
+            return self._composed(phase, batch, size)
+        return self._measured(phase, batch, size, None)
+
+    def _measured(self, phase: str, batch: int, size: int, layers: int | None) -> float:
+        key = f"{phase}:{batch}:{size}" + (f":layers={layers}" if layers else "")
         if key not in self._times:
-            self._times[key] = self._simulate(phase, batch, size)
+            self._times[key] = self._simulate(phase, batch, size, layers)
             self._save()
         return self._times[key]
 
-    def _simulate(self, phase: str, batch: int, size: int) -> float:
+    def _composed(self, phase: str, batch: int, size: int) -> float:
+        """A model too large to simulate whole in reasonable time, composed from simulated
+        models of one and two of its layers (DESIGN: composed estimates stay anchored to the
+        instruction-level model): t(L) = t(1) + (L - 1) * (t(2) - t(1)). The second layer's
+        cost is everything one more identical layer adds (its kernels, its collectives); the
+        rest (embedding, final norm, LM head) is in t(1) once."""
+        layers = _layer_count(self._config)
+        one = self._measured(phase, batch, size, 1)
+        if layers == 1:
+            return one
+        two = self._measured(phase, batch, size, 2)
+        return one + (layers - 1) * (two - one)
+
+    def _simulate(self, phase: str, batch: int, size: int, layers: int | None = None) -> float:
         from trnsim.compiler.decode_step import decode_step
         from trnsim.runtime import trace
 
         if self._progress:
             self._progress(f"compiling {self.name} {phase} batch {batch} "
-                           f"{'length' if phase == 'prefill' else 'positions'} {size}")
+                           f"{'length' if phase == 'prefill' else 'positions'} {size}"
+                           + (f" ({layers} layer{'s' if layers > 1 else ''})" if layers else ""))
         start = time.perf_counter()
         import torch
 
         d = self.deployment
         spec = hardware.instance(d.instance)
+        model = self.model if layers is None else _with_layers(self._config, layers)
         if phase == "prefill":
             vocab = int(self.config.get("vocab_size") or 1000)
             ids = torch.randint(0, min(vocab, 1000), (batch, size),
                                 generator=torch.Generator().manual_seed(0))
-            module, kwargs = prefill_module(self.model), {"input_ids": ids}
+            module, kwargs = prefill_module(model), {"input_ids": ids}
         else:
-            module, kwargs = decode_step(self.model, batch=batch, context=size - 1)
+            module, kwargs = decode_step(model, batch=batch, context=size - 1)
         compiled = trace(module, (), kwargs=kwargs, instance=spec.name, auto_cast=d.auto_cast,
                          lnc=d.lnc if d.lnc in spec.chip.lnc_options else None,
                          tensor_parallel=d.tensor_parallel if d.tensor_parallel > 1 else None)
@@ -164,7 +186,7 @@ class StepTimer:
     # --- the persistent cache --------------------------------------------------------------
     def _key(self) -> str:
         payload = json.dumps({"model": self._config, "deployment":
-                              self.deployment.key(), "code": simulator_digest(),
+                              self.deployment.key(), "compose": self.compose_layers, "code": simulator_digest(),
                               "version": STEP_CACHE_VERSION}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -172,13 +194,44 @@ class StepTimer:
         if self._path is None:
             return
         try:
+            if self._path.exists():  # another process may have added steps: keep them
+                try:
+                    theirs = json.loads(self._path.read_text())["times"]
+                    self._times = {**{k: float(v) for k, v in theirs.items()}, **self._times}
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    pass
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(".tmp")
+            tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"model": self.name, "deployment": self.deployment.key(),
                                        "times": self._times}, indent=1, sort_keys=True))
             tmp.replace(self._path)
         except OSError:
             pass  # a cache that cannot be written is skipped
+
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def _layer_count(config: dict) -> int:
+    for key in _LAYER_KEYS:
+        if config.get(key):
+            return int(config[key])
+    raise InvalidArgumentError("the model's config names no layer count (num_hidden_layers)")
+
+
+def _with_layers(config: dict, layers: int) -> Any:
+    """The model with only its first `layers` layers (meta weights)."""
+    from trnsim.compiler.empty_weights import empty_weights
+    from trnsim.perf.zoo import causal_lm_builder
+
+    smaller = dict(config)
+    for key in _LAYER_KEYS:
+        if key in smaller:
+            smaller[key] = layers
+    if isinstance(smaller.get("layer_types"), list):
+        smaller["layer_types"] = smaller["layer_types"][:layers]
+    with empty_weights():
+        return causal_lm_builder(smaller)()
 
 
 def _cache_file(key: str) -> Path | None:
