@@ -62,10 +62,9 @@ def config_path(name: str):
 def read_config(path) -> dict:
     """A config.json as a dict, without the keys trnsim's files add for people (``_source``)."""
     import json
+    from pathlib import Path
 
     from trnsim.errors import InvalidArgumentError
-
-    from pathlib import Path
 
     try:
         data = json.loads((Path(path) if isinstance(path, str) else path).read_text())

@@ -7,10 +7,10 @@ from trnsim import hardware
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trnsim.perf.serving.buckets import bucket_for, parse_buckets, power_of_two_buckets  # noqa: E402
-from trnsim.perf.serving.generation import time_generation  # noqa: E402
-from trnsim.perf.serving.steps import Deployment, StepTimer  # noqa: E402
-from trnsim.perf.zoo import causal_lm_builder  # noqa: E402
+from trnsim.perf.serving.buckets import bucket_for, parse_buckets, power_of_two_buckets
+from trnsim.perf.serving.generation import time_generation
+from trnsim.perf.serving.steps import Deployment, StepTimer
+from trnsim.perf.zoo import causal_lm_builder
 
 CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -185,8 +185,8 @@ class StepTimer:
 
     # --- the persistent cache --------------------------------------------------------------
     def _key(self) -> str:
-        payload = json.dumps({"model": self._config, "deployment":
-                              self.deployment.key(), "compose": self.compose_layers, "code": simulator_digest(),
+        payload = json.dumps({"model": self._config, "deployment": self.deployment.key(),
+                              "compose": self.compose_layers, "code": simulator_digest(),
                               "version": STEP_CACHE_VERSION}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
