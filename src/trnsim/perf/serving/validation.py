@@ -51,7 +51,12 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
     metric = row["metric"].strip().lower()
     if metric not in METRICS:
         raise InvalidArgumentError(f"generation metric {metric!r}: known {', '.join(METRICS)}")
-    name = HF_MODELS.get(row["name"].strip().lower(), row["name"])
+    name = HF_MODELS.get(row["name"].strip().lower(), row["name"].strip())
+    if name.endswith(".json") and row.get("_csv_dir"):  # a config file next to the CSV
+        from pathlib import Path
+
+        beside = Path(row["_csv_dir"]) / name
+        name = str(beside) if beside.is_file() else name
     tp = tensor_parallel(row.get("parallelism", ""))
     inputs, outputs = _int(row, "input_tokens"), _int(row, "output_tokens")
     batch = _int(row, "concurrency", _int(row, "batch", 1))
