@@ -5,8 +5,8 @@ that nothing is lost (every request sent gets exactly one answer).
 
 Serves a tiny GPT-2 built from its config (random weights, fp32) with dynamic batching, sends
 `--requests` completions from `--concurrency` client threads, and prints one JSON object.
-Overload answers (429) are counted apart from errors: they are the server's bounded queue at
-work and the client may retry them.
+Overload answers (429) and timeouts (504) are counted apart from errors: they are the server's
+bounded queue and deadline at work.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import uvicorn
 
 from trnsim.cli.http_server import build_engine, create_app
 
-CONFIG = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 260,
+CONFIG = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 260,
           "n_positions": 64, "bos_token_id": 258, "eos_token_id": 259}
 
 
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--queue-size", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=600.0, help="server seconds per request")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,19 +45,19 @@ def main() -> None:
                                                auto_cast="none", max_batch=args.max_batch,
                                                queue_size=args.queue_size, max_length=64)
         startup_s = time.perf_counter() - start
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, tokenizer, name, timeout_s=120),
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, tokenizer, name, timeout_s=args.timeout),
                                            host="127.0.0.1", port=0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.01)
     url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1/completions"
-    counts = {"ok": 0, "overloaded_429": 0, "errors": 0}
+    counts = {"ok": 0, "overloaded_429": 0, "timed_out_504": 0, "errors": 0}
     sent = [0]
     lock = threading.Lock()
 
     def client(index: int) -> None:
-        with httpx.Client(timeout=120) as http:
+        with httpx.Client(timeout=args.timeout + 30) as http:
             while True:
                 with lock:
                     if sent[0] >= args.requests:
@@ -66,8 +67,8 @@ def main() -> None:
                 try:
                     r = http.post(url, json={"prompt": [10 + number % 200],
                                              "max_tokens": args.max_tokens, "temperature": 0})
-                    key = ("ok" if r.status_code == 200 else
-                           "overloaded_429" if r.status_code == 429 else "errors")
+                    key = {200: "ok", 429: "overloaded_429", 504: "timed_out_504"}.get(
+                        r.status_code, "errors")
                 except httpx.HTTPError:
                     key = "errors"
                 with lock:
