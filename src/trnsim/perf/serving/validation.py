@@ -69,11 +69,13 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
         timers[key] = StepTimer(source.name, source.build, source.config,
                                 Deployment(spec.name, tp), compose_layers=True)
     buckets = power_of_two_buckets(length)
+    if metric == "ttft":  # the prompt's step alone: no decode step needs simulating
+        from trnsim.perf.serving.buckets import bucket_for
+
+        return timers[key].prefill_ms(batch, bucket_for(inputs, buckets, "prompt"))
     timing = time_generation(timers[key], instance=spec.name, tensor_parallel=tp, lnc=None,
                              batch=batch, input_tokens=inputs, output_tokens=outputs,
                              prefill_buckets=buckets, decode_buckets=buckets)
-    if metric == "ttft":
-        return timing.ttft_ms
     if metric == "tpot":
         return timing.percentile_tpot_ms(50)
     return timing.tokens_per_s
