@@ -10,11 +10,13 @@ import sys
 
 from trnsim.cli import (  # noqa: F401  (registers commands)
     bench,
+    generate,
     instances,
     kernel,
     ls,
     model,
     nccom,
+    serve,
     train,
     validate,
 )

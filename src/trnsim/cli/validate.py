@@ -16,7 +16,7 @@ from trnsim.cli.format import sig, signed_pct
 from trnsim.cli.progress import steps
 from trnsim.cli.tables import Column, print_table
 
-KINDS = ("model", "kernel", "collective")
+KINDS = ("model", "kernel", "collective", "generation")
 # The README's accuracy figure averages these rows (collectives are reported apart: two rows of
 # one fabric would weigh as much as a model).
 HEADLINE_KINDS = ("model", "kernel")
@@ -75,7 +75,8 @@ def summary_lines(results) -> list[str]:
 def validate_command(
     path: str = typer.Argument(None, help="A measurements CSV (default: the calibration set)."),
     as_json: bool = typer.Option(False, "--json", help="Every row and the summary as JSON."),
-    kinds: str = typer.Option(None, "--kinds", help="Comma-separated: model,kernel,collective"),
+    kinds: str = typer.Option(None, "--kinds", help="Comma-separated: model,kernel,collective,"
+                                  "generation (generation rows only when named: minutes each)"),
     wide: bool = typer.Option(False, "--wide", help="Show every column even if the terminal is "
                               "narrower."),
     config: list[str] = typer.Option(None, "--config", help="A Hugging Face config.json that "
@@ -91,7 +92,7 @@ def validate_command(
     from trnsim.perf.validate import validate
 
     checks.existing_file(path, "measurements CSV")
-    selected = checks.names(kinds, "--kinds", ("model", "kernel", "collective"))
+    selected = checks.names(kinds, "--kinds", KINDS)
     with steps("trnsim validate", quiet=as_json) as progress:
         results = validate(path, kinds=selected, configs=tuple(config or ()),
                            model_type=model_type,

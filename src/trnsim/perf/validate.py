@@ -91,6 +91,8 @@ class RowKind:
     predict: Callable[[dict], float]
     native_unit: str
     units: Mapping[str, float]
+    # predicted when no --kinds is given; False for kinds whose rows take minutes each
+    by_default: bool = True
 
     def convert(self, value: float, unit: str) -> float:
         return value * self.units[unit] / self.units[self.native_unit]
@@ -98,9 +100,7 @@ class RowKind:
 
 KINDS: dict[str, RowKind] = {}
 # kinds of the calibration set that no predictor handles yet, and why
-PENDING_KINDS = {"training": "training rows (step throughput) are not predicted yet",
-                 "generation": "generation rows (time to first token, per output token) are not "
-                               "predicted yet"}
+PENDING_KINDS = {"training": "training rows (step throughput) are not predicted yet"}
 
 
 def register_kind(kind: RowKind) -> None:
@@ -277,9 +277,18 @@ def predict_collective(row: dict) -> float:
     return time_ns / 1e3
 
 
+def predict_generation(row: dict) -> float:
+    """TTFT or TPOT (ms) of an LLM generation row (`trnsim.perf.serving.validation`)."""
+    from trnsim.perf.serving.validation import predict_generation as predict
+
+    return predict(row)
+
+
 for _kind in (RowKind("model", predict_model, "ms", TIME_UNITS_PER_MS),
               RowKind("kernel", predict_kernel, "ms", TIME_UNITS_PER_MS),
-              RowKind("collective", predict_collective, "us", TIME_UNITS_PER_MS)):
+              RowKind("collective", predict_collective, "us", TIME_UNITS_PER_MS),
+              RowKind("generation", predict_generation, "ms", TIME_UNITS_PER_MS,
+                      by_default=False)):
     register_kind(_kind)
 
 
@@ -307,6 +316,10 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
         result = _row_result(row)
         if result.status == "ok" and kinds is not None and row["kind"] not in kinds:
             result.status, result.reason = "skipped", f"kind {row['kind']!r} not selected"
+        elif result.status == "ok" and kinds is None and not KINDS[row["kind"]].by_default:
+            result.status, result.reason = "skipped", (
+                f"{row['kind']} rows take minutes each (they compose simulated tensor-parallel "
+                f"steps of a large model): ask for them with --kinds {row['kind']}")
         if result.status == "ok":
             if progress:
                 progress(row["id"])

@@ -72,6 +72,39 @@ class ZooEntry:
         return inputs
 
 
+def config_path(name: str):
+    """A shipped Hugging Face config.json (`trnsim/perf/data/models/NAME.json`)."""
+    from importlib import resources
+
+    return resources.files("trnsim.perf") / "data" / "models" / f"{name}.json"
+
+
+def causal_lm_builder(config: dict) -> Callable[[], object]:
+    """Build a causal LM from a config dict (transformers' own classes; a config never names
+    code to run: remote code is not loaded)."""
+    def build():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        values = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
+        try:
+            cfg = transformers.AutoConfig.for_model(config["model_type"], **values)
+        except (KeyError, ValueError) as error:
+            from trnsim.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"model_type {config['model_type']!r}: {error}") from None
+        return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    return build
+
+
+def _hf_json(name: str) -> Callable[[], object]:
+    def build():
+        return causal_lm_builder(read_config(config_path(name)))()
+    return build
+
+
 def _hf(cls_name: str, config_cls: str, **config):
     """A builder of `cls_name` from `config_cls(**config)`; `build.config` is that config."""
     def build():
@@ -123,10 +156,8 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
     # bench --decode per generated token after `seq` cached tokens; build them under
     # trnsim.empty_weights() unless the host has the memory for fp32 weights
     ZooEntry("llama-3.2-1b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
-    ZooEntry("llama-2-7b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=4096,
-                                       intermediate_size=11008, num_hidden_layers=32,
-                                       num_attention_heads=32, num_key_value_heads=32,
-                                       vocab_size=32000, max_position_embeddings=4096)),
+    ZooEntry("llama-2-7b", "causal-lm", _hf_json("llama-2-7b")),
+    ZooEntry("llama-3-8b", "causal-lm", _hf_json("llama-3-8b")),
     ZooEntry("mistral-7b", "causal-lm", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
                                        intermediate_size=14336, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=8,
@@ -183,20 +214,20 @@ def register_config(path: str | Path) -> str:
     return name
 
 
-def read_config(path: str | Path) -> dict:
-    """A config.json as a dict (JSON only; never code)."""
+def read_config(path) -> dict:
+    """A config.json (a path, or a packaged file) as a dict: JSON only, never code. Keys that
+    trnsim's shipped files add for people (``_source``) are dropped; ``_name_or_path`` is kept."""
     try:
-        with open(path) as handle:
-            fields = json.load(handle)
+        fields = json.loads((Path(path) if isinstance(path, str) else path).read_text())
     except OSError as error:
         raise InvalidArgumentError(f"cannot read model config {str(path)!r}: "
                                    f"{error.strerror or error}") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:
         raise InvalidArgumentError(f"model config {str(path)!r} is not JSON: {error}") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise InvalidArgumentError(f"model config {str(path)!r} has no 'model_type' (a Hugging "
                                    "Face config.json names its model_type)")
-    return fields
+    return {k: v for k, v in fields.items() if not k.startswith("_") or k == "_name_or_path"}
 
 
 def config_entry(path: str | Path, name: str | None = None) -> ZooEntry:

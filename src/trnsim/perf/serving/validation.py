@@ -1,0 +1,84 @@
+"""`trnsim validate`'s generation rows: TTFT, TPOT or output-token throughput of a published LLM
+run, predicted by timing the same generation (`generation.time_generation`).
+
+A row names the model (a Hugging Face id trnsim ships a config for), the instance, the
+parallelism (``TP32``), ``input_tokens``, ``output_tokens`` and ``concurrency`` (the batch), and
+``seq`` (the compiled maximum length, transformers-neuronx's ``n_positions``). Buckets are
+Neuron's defaults: powers of two from 128 up to ``seq``. The published tables give p50 figures,
+so TPOT is the median of the per-token step times; the model's weights are simulated at bf16.
+A model of more than one layer is composed from simulated one- and two-layer models
+(`StepTimer(compose_layers=True)`), which keeps a 32-layer 8B model's rows to minutes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trnsim.errors import InvalidArgumentError
+
+# Hugging Face ids of published rows -> the config trnsim ships (trnsim/perf/data/models).
+HF_MODELS = {"meta-llama/meta-llama-3-8b": "llama-3-8b", "meta-llama/llama-2-7b-hf": "llama-2-7b"}
+METRICS = ("ttft", "tpot", "throughput")
+
+
+def _int(row: dict, key: str, default: int | None = None) -> int:
+    value = (row.get(key) or "").strip()
+    if not value:
+        if default is None:
+            raise InvalidArgumentError(f"generation row needs a {key!r} value")
+        return default
+    try:
+        return int(float(value))
+    except ValueError:
+        raise InvalidArgumentError(f"generation row: {key} {value!r} is not a number") from None
+
+
+def tensor_parallel(text: str) -> int:
+    match = re.fullmatch(r"\s*TP\s*(\d+)\s*", text or "TP1", flags=re.IGNORECASE)
+    if not match:
+        raise InvalidArgumentError(f"parallelism {text!r}: write TP<N>, e.g. TP32")
+    return int(match.group(1))
+
+
+def predict_generation(row: dict, timers: dict | None = None) -> float:
+    """The row's metric in ms (ttft, tpot) or output tokens/s (throughput)."""
+    from trnsim import hardware
+    from trnsim.perf.serving.buckets import power_of_two_buckets
+    from trnsim.perf.serving.generation import time_generation
+    from trnsim.perf.serving.models import resolve_model
+    from trnsim.perf.serving.steps import Deployment, StepTimer
+
+    metric = row["metric"].strip().lower()
+    if metric not in METRICS:
+        raise InvalidArgumentError(f"generation metric {metric!r}: known {', '.join(METRICS)}")
+    name = HF_MODELS.get(row["name"].strip().lower(), row["name"].strip())
+    if name.endswith(".json") and row.get("_csv_dir"):  # a config file next to the CSV
+        from pathlib import Path
+
+        beside = Path(row["_csv_dir"]) / name
+        name = str(beside) if beside.is_file() else name
+    tp = tensor_parallel(row.get("parallelism", ""))
+    inputs, outputs = _int(row, "input_tokens"), _int(row, "output_tokens")
+    batch = _int(row, "concurrency", _int(row, "batch", 1))
+    length = _int(row, "seq", inputs + outputs)
+    spec = hardware.instance(row["instance"])
+    key = (name, spec.name, tp)
+    timers = timers if timers is not None else _TIMERS
+    if key not in timers:
+        source = resolve_model(name)
+        timers[key] = StepTimer(source.name, source.build, source.config,
+                                Deployment(spec.name, tp), compose_layers=True)
+    buckets = power_of_two_buckets(length)
+    if metric == "ttft":  # the prompt's step alone: no decode step needs simulating
+        from trnsim.perf.serving.buckets import bucket_for
+
+        return timers[key].prefill_ms(batch, bucket_for(inputs, buckets, "prompt"))
+    timing = time_generation(timers[key], instance=spec.name, tensor_parallel=tp, lnc=None,
+                             batch=batch, input_tokens=inputs, output_tokens=outputs,
+                             prefill_buckets=buckets, decode_buckets=buckets)
+    if metric == "tpot":
+        return timing.percentile_tpot_ms(50)
+    return timing.tokens_per_s
+
+
+_TIMERS: dict = {}

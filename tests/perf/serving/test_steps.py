@@ -1,0 +1,68 @@
+"""Step times: measured by the simulator, cached, and composed from one- and two-layer models."""
+
+import pytest
+
+from trnsim import hardware
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trnsim.perf.serving.buckets import bucket_for, parse_buckets, power_of_two_buckets
+from trnsim.perf.serving.generation import time_generation
+from trnsim.perf.serving.steps import Deployment, StepTimer
+from trnsim.perf.zoo import causal_lm_builder
+
+CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 128, "max_position_embeddings": 512}
+
+
+def timer(tmp_path, monkeypatch, **kw):
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path))
+    return StepTimer("tiny", causal_lm_builder(CONFIG), CONFIG, Deployment("inf2.xlarge"), **kw)
+
+
+def test_buckets_are_neurons_powers_of_two():
+    assert power_of_two_buckets(4096) == (128, 256, 512, 1024, 2048, 4096)
+    assert power_of_two_buckets(1750) == (128, 256, 512, 1024, 1750)
+    assert bucket_for(129, (128, 256)) == 256
+    assert parse_buckets("256,128", 200) == (128, 256)
+
+
+def test_step_times_are_cached_on_disk_and_composition_tracks_the_whole_model(tmp_path,
+                                                                              monkeypatch):
+    whole = timer(tmp_path, monkeypatch)
+    full = whole.decode_ms(1, 128)
+    assert whole.compiles == 1
+    again = timer(tmp_path, monkeypatch)
+    assert again.decode_ms(1, 128) == full and again.compiles == 0  # read from the cache
+    composed = timer(tmp_path, monkeypatch, compose_layers=True)
+    estimate = composed.decode_ms(1, 128)
+    assert composed.compiles == 2  # one- and two-layer models
+    assert estimate == pytest.approx(full, rel=0.05)
+
+
+class Steps:
+    """Decode time grows with the KV bucket, as a real step table does."""
+
+    def prefill_ms(self, batch, length):
+        return 10.0 * batch
+
+    def decode_ms(self, batch, positions):
+        return positions / 128
+
+
+def test_generation_times_each_step_at_its_own_bucket():
+    t = time_generation(Steps(), instance="inf2.xlarge", tensor_parallel=1, lnc=None, batch=1,
+                        input_tokens=120, output_tokens=20, prefill_buckets=(128, 256),
+                        decode_buckets=(128, 256))
+    # token 1 from prefill; tokens 2..20 are 19 steps at 121..139 positions: 8 at bucket 128
+    # (1 ms), 11 at bucket 256 (2 ms)
+    assert t.ttft_ms == 10.0
+    assert t.step_ms == [1.0] * 8 + [2.0] * 11
+    assert t.e2e_ms == 10.0 + 8 + 22
+    assert t.tpot_ms == pytest.approx(30 / 19)
+    assert t.tokens_per_s == pytest.approx(20 / 0.040)
+    assert t.copies == 2  # inf2.xlarge: two NeuronCores, one copy each
+    price = hardware.instance("inf2.xlarge").price_per_hour
+    assert t.usd_per_million_tokens == pytest.approx(price / 3600 / (2 * 500) * 1e6)

@@ -1,0 +1,45 @@
+"""Generation rows in `trnsim validate`: TTFT and TPOT predicted from the step simulation."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trnsim.perf.serving.validation import tensor_parallel
+from trnsim.perf.validate import validate
+
+CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 128, "max_position_embeddings": 512}
+HEADER = ("id,kind,name,instance,cores,dtype,batch,seq,metric,value,unit,source,notes,nodes,"
+          "parallelism,global_batch,optimizer,input_tokens,output_tokens,concurrency\n")
+
+
+def test_parallelism_is_read_as_a_tensor_parallel_degree():
+    assert tensor_parallel("TP32") == 32 and tensor_parallel("") == 1
+    with pytest.raises(Exception, match="TP<N>"):
+        tensor_parallel("PP4")
+
+
+def test_generation_rows_predict_ttft_and_median_tpot(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tiny.json").write_text(json.dumps(CONFIG))
+    rows = [f"g-{m},generation,tiny.json,inf2.xlarge,1,bf16,1,256,{m},1.0,ms,test,,,TP1,,,100,60,1"
+            for m in ("ttft", "tpot")]
+    rows.append("g-bad,generation,tiny.json,inf2.xlarge,1,bf16,1,256,tpot,1.0,ms,test,,,PP2,,,"
+                "100,60,1")
+    (tmp_path / "rows.csv").write_text(HEADER + "\n".join(rows) + "\n")
+    results = {r.id: r for r in validate(tmp_path / "rows.csv")}
+    ttft, tpot, bad = results["g-ttft"], results["g-tpot"], results["g-bad"]
+    assert ttft.status == "ok" and tpot.status == "ok", (ttft.reason, tpot.reason)
+    assert ttft.predicted > 0 and tpot.predicted > 0
+    assert ttft.error_pct == pytest.approx(100 * (ttft.predicted - 1.0))
+    # 59 decode steps at 101..159 positions: 28 at bucket 128 and 31 at 256, so the median is
+    # bucket 256's step, which takes longer than bucket 128's
+    cache = json.loads(next((tmp_path / "cache" / "serving").glob("steps-*.json")).read_text())
+    steps = cache["times"]
+    assert tpot.predicted == pytest.approx(steps["decode:1:256:layers=1"])
+    assert steps["decode:1:256:layers=1"] > steps["decode:1:128:layers=1"]
+    assert bad.status == "skipped" and "TP<N>" in bad.reason
