@@ -31,7 +31,9 @@ def test_generation_rows_predict_ttft_and_median_tpot(tmp_path, monkeypatch):
     rows.append("g-bad,generation,tiny.json,inf2.xlarge,1,bf16,1,256,tpot,1.0,ms,test,,,PP2,,,"
                 "100,60,1")
     (tmp_path / "rows.csv").write_text(HEADER + "\n".join(rows) + "\n")
-    results = {r.id: r for r in validate(tmp_path / "rows.csv")}
+    unasked = {r.id: r for r in validate(tmp_path / "rows.csv")}
+    assert unasked["g-ttft"].status == "skipped" and "--kinds generation" in unasked["g-ttft"].reason
+    results = {r.id: r for r in validate(tmp_path / "rows.csv", kinds=("generation",))}
     ttft, tpot, bad = results["g-ttft"], results["g-tpot"], results["g-bad"]
     assert ttft.status == "ok" and tpot.status == "ok", (ttft.reason, tpot.reason)
     assert ttft.predicted > 0 and tpot.predicted > 0
