@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from trnsim.compiler.options import MODEL_TYPES
 from trnsim.errors import TrnsimError
 from trnsim.runtime.artifact_files import MEMBER_NAME, ArtifactError
 
@@ -56,6 +57,12 @@ def text(value: Any, file: str, field: str, *, optional: bool = False) -> str | 
     if not isinstance(value, str) or len(value) > MAX_TEXT:
         raise fail(file, field, f"must be a string of at most {MAX_TEXT} characters, not "
                                 f"{_show(value)}")
+    return value
+
+
+def one_of(value: Any, file: str, field: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise fail(file, field, f"must be one of {', '.join(choices)}, not {_show(value)}")
     return value
 
 
@@ -133,6 +140,7 @@ OPTION_FIELDS: dict[str, Callable[[Any, str, str], Any]] = {
     "lnc": lambda v, f, k: integer(v, f, k, 1, 2, optional=True),
     "tensor_parallel": lambda v, f, k: integer(v, f, k, 1, MAX_TENSOR_PARALLEL, optional=True),
     "pipeline_cores": lambda v, f, k: integer(v, f, k, 1, MAX_STAGES, optional=True),
+    "model_type": lambda v, f, k: one_of(v, f, k, MODEL_TYPES),
 }
 
 
