@@ -305,7 +305,9 @@ def index_view(tile: Tile, key) -> Tile:
         if isinstance(part, DynSlice):
             part = part.as_slice()
         if isinstance(part, slice):
-            start, stop, step = _checked_slice(part, axis.size)
+            start, stop, step, past_end = _checked_slice(part, axis.size)
+            if past_end is not None:  # legal only where a mask cuts the access back (checked then)
+                checks.append((_PAST_END, past_end))
             size = max(0, (stop - start + (step - (1 if step > 0 else -1))) // step)
             if size == 0:
                 raise InvalidArgumentError(f"empty slice {part} of an axis of size {axis.size}")
@@ -360,20 +362,30 @@ def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:
     return (index, axis.fstep)
 
 
-def _checked_slice(part: slice, size: int) -> tuple[int, int, int]:
+_PAST_END = "slice past the end"  # tag of a deferred check: the error, raised if no mask cuts it
+
+
+def _checked_slice(part: slice, size: int) -> tuple[int, int, int, Exception | None]:
     """A slice's (start, stop, step) on an axis of `size`, refusing what Python would quietly
     clip or reject with a bare error: a non-integer bound, step 0, a bound past the axis (the
-    NKI compiler reports an out-of-bounds access; clipping would return fewer elements)."""
+    NKI compiler reports an out-of-bounds access; clipping would return fewer elements). A stop
+    past the end is returned as the error to raise unless a mask bounds the access (public
+    kernels slice a whole tile and mask the rows past a tensor's end)."""
     for what, value in (("start", part.start), ("stop", part.stop), ("step", part.step)):
         if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")):
             raise _at_user(InvalidArgumentError(f"slice {what} {value!r} is not an integer"))
     if part.step is not None and part.step.__index__() == 0:
         raise _at_user(InvalidArgumentError("slice step cannot be zero"))
+    past_end = None
     for what, value in (("start", part.start), ("stop", part.stop)):
-        if value is not None and not -size <= value.__index__() <= size:
-            raise _at_user(LimitExceededError(f"slice {what}", value.__index__(), size,
-                                              context=f"out of bounds of an axis of size {size}"))
-    return part.indices(size)
+        if value is None or -size <= value.__index__() <= size:
+            continue
+        error = _at_user(LimitExceededError(f"slice {what}", value.__index__(), size,
+                                            context=f"out of bounds of an axis of size {size}"))
+        if what == "start" or value.__index__() < 0 or (part.step or 1) < 0:
+            raise error
+        past_end = error  # a stop past the end: NKI kernels mask such accesses back in bounds
+    return (*part.indices(size), past_end)
 
 
 def _at_user(error):
@@ -386,7 +398,12 @@ def _at_user(error):
 def _run_checks(tile: Tile, predicate: Predicate | None) -> None:
     """Index tiles must stay inside the tensor once the mask has cut them."""
     bounds = predicate.bounds if predicate is not None else {}
-    for dim, size, const, terms in tile._checks:
+    for check in tile._checks:
+        if check[0] is _PAST_END:
+            if predicate is None:
+                raise check[1]
+            continue
+        dim, size, const, terms = check
         low = high = const
         for tag, coef, axis_size in terms:
             bound = bounds.get(tag)
