@@ -175,3 +175,15 @@ def test_dtype_is_a_frozen_value():
         dt.name = "x"  # type: ignore[misc]
     assert DType in type(dt).__mro__
     assert str(dt) == "bfloat16"
+
+
+def test_a_dtype_survives_deepcopy_after_its_info_is_cached():
+    """Programs are deep-copied (copies of a model); a dtype stays its registry entry even once
+    its numpy finfo (which cannot be deep-copied) is cached."""
+    import copy
+
+    from trnsim.numerics import dtype
+
+    bf16 = dtype("bfloat16")
+    assert bf16.info.bits == 16
+    assert copy.deepcopy(bf16) is bf16 and copy.copy(bf16) is bf16

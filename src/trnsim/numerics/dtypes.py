@@ -60,6 +60,14 @@ class DType:
     mantissa_bits: int = field(default=0, repr=False)  # explicit fraction bits (floats)
     exponent_bits: int = field(default=0, repr=False)
 
+    def __copy__(self) -> DType:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> DType:
+        """A dtype is one registry entry: copies of programs share it (its cached `info` is a
+        numpy finfo, which cannot be deep-copied)."""
+        return self
+
     @property
     def itemsize(self) -> int:
         """Bytes per stored item (an x4 item holds `packed` elements)."""
