@@ -65,3 +65,7 @@ class UnsupportedError(TrnsimError, NotImplementedError):
 
 class InvalidArgumentError(TrnsimError, ValueError):
     """An argument of the wrong form or combination, caught before any simulation starts."""
+
+
+class CoresUnavailableError(LimitExceededError):
+    """More NeuronCores requested than the instance has (or than are visible)."""

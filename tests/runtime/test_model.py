@@ -122,20 +122,21 @@ def test_warm_cache_reports_without_lowering_again(compiled):
     first = c.report()
     again = trnsim.trace(model, (x,), instance="inf2.xlarge")
     report = again.report()
-    assert not isinstance(again.program_source, Program)  # never lowered
+    assert not isinstance(again.plan.programs[0], Program)  # never lowered
     assert report.to_dict() == first.to_dict()
     assert isinstance(again.program, Program) and again.program.instructions
 
 
 def test_a_cached_report_is_not_read_after_the_simulator_changes(compiled, monkeypatch):
-    from trnsim.runtime import compile as compile_module
+    from trnsim.compiler import cache as compile_module
+    from trnsim.runtime.compile import report_cache_path
 
     c = compiled[2]
     c.report()
-    before = compile_module.report_cache_path(c, 2)
+    before = report_cache_path(c, 2)
     assert before.exists()
     monkeypatch.setitem(compile_module._CODE_DIGESTS, compile_module.REPORT_CODE, "edited")
-    assert compile_module.report_cache_path(c, 2) != before
+    assert report_cache_path(c, 2) != before
 
 
 def test_more_copies_than_visible_cores_fails_like_neuron(monkeypatch):

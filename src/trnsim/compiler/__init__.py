@@ -1,5 +1,6 @@
-"""The compiler: PyTorch model -> torch.export -> graph IR -> passes -> kernel-level graph.
+"""The compiler: PyTorch model -> torch.export -> graph IR -> passes -> Programs -> ExecutionPlan.
 
+    plan = compile(model, example_inputs, CompileOptions())  # the one entry point
     graph = capture(model, example_inputs)          # trnsim.compiler.capture
     kernels = run_pipeline(graph, CompileOptions())  # trnsim.compiler.passes.PIPELINE
     report = analyze(model, example_inputs)          # torch_neuronx.analyze's dict
@@ -14,6 +15,7 @@ from trnsim.compiler import aten_training as _aten_training  # noqa: F401 (regis
 from trnsim.compiler.analyze import analyze
 from trnsim.compiler.aten import supported_ops
 from trnsim.compiler.capture import capture
+from trnsim.compiler.compile import compile
 from trnsim.compiler.errors import (
     CaptureError,
     InputShapeError,
@@ -45,6 +47,7 @@ __all__ = [
     "analyze",
     "capture",
     "check_inputs",
+    "compile",
     "evaluate",
     "options_from_env",
     "parse_cc_flags",

@@ -75,6 +75,17 @@ class CompileOptions:
                                        f"divides cores={self.cores} (cores = copies x ranks)")
 
     @property
+    def spec(self):
+        """The `hardware.InstanceSpec` of `instance`, looked up once."""
+        found = self.__dict__.get("_spec")
+        if found is None:
+            from trnsim.hardware import instance as lookup
+
+            found = lookup(self.instance)
+            object.__setattr__(self, "_spec", found)
+        return found
+
+    @property
     def cast_dtype(self) -> str | None:
         """The trnsim dtype auto-cast converts fp32 to, or None when auto-cast is off."""
         return None if self.auto_cast == "none" else AUTO_CAST_TYPES[self.auto_cast_type]

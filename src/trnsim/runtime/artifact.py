@@ -1,10 +1,11 @@
 """Saving and loading compiled models: a directory of JSON + safetensors, versioned, no pickle.
 
     model.trnsim/
-      manifest.json     format version, trnsim version, options, input/output structure, names
-      program.json      the instruction program (trnsim.isa.serialize)
-      program.core1.json  under LNC=2, the second physical core's program (same constants)
-      constants.safetensors  weights and other constant tensors, raw bytes by name
+      manifest.json     format version, trnsim version, options, input/output structure, the
+                        execution plan (programs, cores, shared tensors, fabric), constant specs
+      program.json      the first instruction program (trnsim.isa.serialize)
+      program.p1.json   the plan's other programs (LNC=2's second core, pipeline stages, ...)
+      constants.safetensors  weights and other constant tensors, raw bytes by key
       report.json       the timing summary computed at compile time (optional)
 
 Loading needs neither the model's Python code nor torch (unless outputs are converted back to
@@ -21,7 +22,7 @@ import numpy as np
 
 from trnsim.errors import TrnsimError
 
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2  # 2: one ExecutionPlan (format 1 held one program and its mode)
 
 
 class ArtifactError(TrnsimError):
@@ -116,12 +117,7 @@ def read(directory: str | Path) -> tuple[dict, dict, dict[str, np.ndarray], dict
         if _digest(path) != digest:
             raise ArtifactError(f"{root}: {name} does not match its checksum (corrupted or edited)")
     program_data = json.loads((root / "program.json").read_text())
-    specs = {t["name"]: t for t in program_data["tensors"] if t["kind"] == "constant"}
-    for name in manifest.get("sharded", []):  # tensor-parallel ranks' chunks of a weight
-        for rank in range(1, int(manifest.get("tensor_parallel", 1))):
-            if name in specs:
-                specs[rank_key(name, rank)] = specs[name]
-    constants = load_constants(root / "constants.safetensors", specs)
+    constants = load_constants(root / "constants.safetensors", manifest.get("constants", {}))
     report_path = root / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     return manifest, program_data, constants, report

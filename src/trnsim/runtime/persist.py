@@ -1,4 +1,11 @@
-"""CompiledModel.save / trnsim.load, on top of `trnsim.runtime.artifact`."""
+"""CompiledModel.save / trnsim.load: an `ExecutionPlan` as an artifact (`trnsim.runtime.artifact`).
+
+The manifest's ``plan`` lists the distinct programs (``program.json``, then
+``program.p<i>.json``) and every planned core (its program, slot, weight shard, stage and the
+values it reads and writes). Constants are stored once by name in ``constants.safetensors`` (a
+program whose constant of the same name holds other data stores it as ``name@p<i>``); a
+tensor-parallel model's sharded weights are stored once per rank (``name@rank<r>``).
+"""
 
 from __future__ import annotations
 
@@ -6,46 +13,69 @@ from dataclasses import asdict
 from pathlib import Path
 
 from trnsim.runtime.artifact import ArtifactError, rank_key, read, read_program, write
-from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
+from trnsim.runtime.model import CompiledModel
+from trnsim.sim.execution_plan import (
+    ExecutionPlan,
+    PlanFabric,
+    PlannedCore,
+    TensorSpec,
+    shard_program,
+)
+from trnsim.sim.sync import CoreSlot
 
 
 def save_model(model: CompiledModel, path) -> Path:
-    """One artifact; a pipelined model's stages 1.. are artifacts in ``stage<i>/`` beside it; an
-    LNC=2 model's second physical core's program is ``program.core1.json`` in it."""
     from trnsim.isa.serialize import program_to_data
 
-    stages = []
-    for index, stage in enumerate(model.stages):
-        program = stage.program
-        stages.append({"inputs": stage.inputs, "outputs": stage.outputs})
-        if index:
-            write(Path(path) / f"stage{index}", {"name": f"{model.name} stage {index}"},
-                  program_to_data(program), _constants(program))
-    constants = _constants(model.program)
-    sharded = sorted(t.name for t in model.program.tensors.values()
-                     if t.kind == "constant" and getattr(t.data, "sharded", False))
-    for rank, program in enumerate(model.rank_programs()[1:], start=1):
-        constants.update({rank_key(name, rank): program.tensors[name].values() for name in sharded})
+    plan = model.plan
+    programs = [plan.program(i) for i in range(len(plan.programs))]
+    shards = 1 + max(core.shard for core in plan.cores)
+    constants: dict = {}
+    specs: dict[str, dict] = {}  # constant key -> dtype and shape (the program's declaration)
+    owners: dict[str, object] = {}  # constant key -> the data object stored under it
+    described, sharded = [], []
+    for index, program in enumerate(programs):
+        renamed = {}
+        for decl in program.tensors.values():
+            if decl.kind != "constant":
+                continue
+            key = decl.name
+            if key in owners and owners[key] is not decl.data:
+                key = renamed[decl.name] = f"{decl.name}@p{index}"
+            if key in owners:
+                continue
+            owners[key] = decl.data
+            constants[key] = decl.values()
+            specs[key] = {"dtype": decl.dtype.name, "shape": list(decl.shape)}
+            if shards > 1 and getattr(decl.data, "sharded", False):
+                sharded.append(key)
+                for rank in range(1, shards):
+                    constants[rank_key(key, rank)] = \
+                        shard_program(program, rank).tensors[decl.name].values()
+                    specs[rank_key(key, rank)] = specs[key]
+        described.append({"file": "program.json" if index == 0 else f"program.p{index}.json",
+                          "constants": renamed})
     manifest = {
-        "name": model.name, "instance": model.instance, "options": model.options,
-        "inputs": [asdict(s) for s in model.inputs], "outputs": [asdict(s) for s in model.outputs],
-        "input_structure": model.input_structure.to_json() if model.input_structure else None,
-        "output_structure": model.output_structure.to_json() if model.output_structure else None,
-        "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
-        "tensor_parallel": model.tensor_parallel, "sharded": sharded, "stages": stages,
-        "lnc_shared": list(model.shared) if model.partner_source is not None else None,
+        "name": plan.name, "instance": plan.instance, "options": model.options,
+        "inputs": [asdict(s) for s in plan.inputs], "outputs": [asdict(s) for s in plan.outputs],
+        "input_structure": plan.input_structure.to_json() if plan.input_structure else None,
+        "output_structure": plan.output_structure.to_json() if plan.output_structure else None,
+        "kernels": [vars(k) for k in plan.kernels], "placement": plan.placement,
+        "plan": {"programs": described,
+                 "cores": [{"program": c.program, "slot": asdict(c.slot), "shard": c.shard,
+                            "stage": c.stage, "inputs": [list(b) for b in c.inputs],
+                            "outputs": [list(b) for b in c.outputs]} for c in plan.cores],
+                 "shared": list(plan.shared), "lnc": plan.lnc,
+                 "fabric": asdict(plan.fabric) if plan.fabric is not None else None},
+        "constants": specs,
+        "sharded": sharded, "shards": shards,
     }
-    more = ({"core1": program_to_data(model.physical_programs()[1])}
-            if model.partner_source is not None else None)
-    return write(path, manifest, program_to_data(model.program), constants, more_programs=more)
-
-
-def _constants(program) -> dict:
-    return {t.name: t.values() for t in program.tensors.values() if t.kind == "constant"}
+    more = {f"p{i}": program_to_data(p) for i, p in enumerate(programs) if i}
+    return write(path, manifest, program_to_data(programs[0]), constants, more_programs=more)
 
 
 class _RankArrays:
-    """A loaded sharded constant: every rank's chunk (`rank_program` asks `for_rank`)."""
+    """A loaded sharded constant: every rank's chunk (`shard_program` asks `for_rank`)."""
 
     sharded = True
 
@@ -67,44 +97,41 @@ def load_model(path) -> CompiledModel:
 
     manifest, program_data, constants, _ = read(path)
     try:
-        program = program_from_data(program_data, constants)
-        inputs = [InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
-        outputs = [OutputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
+        layout = manifest["plan"]
+        shards = int(manifest.get("shards", 1))
+        sharded = set(manifest.get("sharded", []))
+        programs = []
+        for index, entry in enumerate(layout["programs"]):
+            data = program_data if index == 0 else read_program(path, f"p{index}")
+            renamed = entry.get("constants", {})
+            names = {t["name"]: renamed.get(t["name"], t["name"])
+                     for t in data["tensors"] if t["kind"] == "constant"}
+            program = program_from_data(data, {name: constants[key] for name, key in names.items()})
+            for name, key in names.items():
+                if key in sharded:
+                    chunks = [constants[key]] + [constants[rank_key(key, r)]
+                                                 for r in range(1, shards)]
+                    program.tensors[name].data = _RankArrays(chunks)
+            programs.append(program)
+        cores = [PlannedCore(program=int(c["program"]), slot=CoreSlot(**c["slot"]),
+                             shard=int(c["shard"]), stage=int(c["stage"]),
+                             inputs=tuple(tuple(b) for b in c["inputs"]),
+                             outputs=tuple(tuple(b) for b in c["outputs"]))
+                 for c in layout["cores"]]
+        fabric = layout.get("fabric")
+        fabric = PlanFabric(fabric["instance"], int(fabric["lnc"]), tuple(fabric["endpoints"]),
+                            int(fabric.get("nodes", 1))) if fabric else None
+        inputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
+        outputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
         kernels = [KernelCall(**k) for k in manifest.get("kernels", [])]
-        stages = _load_stages(path, program, manifest.get("stages", []))
-        shared = manifest.get("lnc_shared")
-        ranks = int(manifest.get("tensor_parallel", 1))
-        for name in manifest.get("sharded", []):
-            chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
-            program.tensors[name].data = _RankArrays(chunks)
-        partner = None
-        if shared is not None:
-            partner = program_from_data(read_program(path, "core1"), constants)
-            for name in manifest.get("sharded", []):
-                partner.tensors[name].data = program.tensors[name].data  # every rank's chunks
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, IndexError) as error:
         raise ArtifactError(f"{path}: manifest or program is malformed ({error})") from None
-    return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs, outputs=outputs,
-                         instance=manifest["instance"], options=manifest["options"],
-                         input_structure=structures[0], output_structure=structures[1],
-                         kernels=kernels, placement=manifest.get("placement", []),
-                         tensor_parallel=ranks, stages=stages, partner_source=partner,
-                         shared=tuple(shared or ()))
-
-
-def _load_stages(path, first, described: list[dict]) -> list:
-    from trnsim.isa.serialize import program_from_data
-    from trnsim.runtime.pipeline import PipelineStage
-
-    stages = []
-    for index, stage in enumerate(described):
-        if index:
-            _, data, constants, _ = read(Path(path) / f"stage{index}")
-            program = program_from_data(data, constants)
-        else:
-            program = first
-        stages.append(PipelineStage(program, [tuple(x) for x in stage["inputs"]],
-                                    [tuple(x) for x in stage["outputs"]]))
-    return stages
+    plan = ExecutionPlan(name=manifest["name"], instance=manifest["instance"], programs=programs,
+                         cores=cores, inputs=inputs, outputs=outputs,
+                         shared=tuple(layout.get("shared", ())), fabric=fabric,
+                         lnc=layout.get("lnc"), input_structure=structures[0],
+                         output_structure=structures[1], kernels=kernels,
+                         placement=manifest.get("placement", []))
+    return CompiledModel(plan, manifest["options"])

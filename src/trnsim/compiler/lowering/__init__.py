@@ -622,18 +622,6 @@ class _Lazy:
         return _Lazy(graph, node, kn, dtype, rank)
 
 
-def rank_program(program: Program, rank: int) -> Program:
-    """Rank `rank`'s program of a tensor-parallel model: the same instructions, its own chunks
-    of the sharded weights (tensors whose data knows `for_rank`)."""
-    tensors = {}
-    for name, decl in program.tensors.items():
-        data = decl.data
-        if rank and getattr(data, "sharded", False):
-            decl = dataclasses.replace(decl, data=data.for_rank(rank))
-        tensors[name] = decl
-    return dataclasses.replace(program, tensors=tensors)
-
-
 def _is_whole(tile: Tile) -> bool:
     """The view covers its tensor densely, in order, from the start."""
     step, dense = 1, True
