@@ -13,7 +13,7 @@ from trnsim.kernels.layout import hbm_view
 
 
 def reference(q, k, v, scale, mask=None, kind="none", k_transposed=False, compute="bfloat16"):
-    """What k.attention means (trnsim.compiler.interpret_kernels): bf16 operands, fp32 softmax,
+    """What k.attention means (its record in trnsim.compiler.kernel_ops): bf16 operands, fp32 softmax,
     probabilities cast to the compute dtype before P @ V, fully masked rows give 0."""
     q, k, v = (loaded(t, compute) for t in (q, k, v))
     kt = k if k_transposed else np.swapaxes(k, -1, -2)

@@ -538,5 +538,12 @@ def is_view(node: Node) -> bool:
     return node.op in VIEWS
 
 
-# Kernel-level operators register themselves here (imported last: it needs `register`).
-from trnsim.compiler import fused as _fused  # noqa: E402, F401
+def _register_kernel_ops() -> None:
+    """The kernel-level operators' shape rules (`trnsim.compiler.kernel_ops`)."""
+    from trnsim.compiler.kernel_ops import KERNEL_OPS
+
+    for op in KERNEL_OPS.values():
+        register(op.name, "kernel", op.shape, op.attrs, op.doc)
+
+
+_register_kernel_ops()
