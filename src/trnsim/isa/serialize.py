@@ -21,21 +21,9 @@ FORMAT = 1
 
 
 def _opcodes() -> dict[str, type[Instruction]]:
-    from trnsim import isa
+    from trnsim import isa  # every module of the ISA, so every opcode is registered
 
-    table = dict(isa.OPCODES)
-    for cls in _subclasses(Instruction):  # instructions defined outside isa.OPCODES too
-        if cls.OPCODE:
-            table.setdefault(cls.OPCODE, cls)
-    return table
-
-
-def _subclasses(cls: type) -> list[type]:
-    out = []
-    for sub in cls.__subclasses__():
-        out.append(sub)
-        out += _subclasses(sub)
-    return out
+    return dict(isa.OPCODES)
 
 
 def encode(value: Any) -> Any:
