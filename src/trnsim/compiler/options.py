@@ -6,7 +6,9 @@ neuronx-cc's ``--auto-cast matmult --auto-cast-type bf16 -O2`` on Trainium and I
 neuron-cc's ``--fast-math all`` (every fp32 operator cast to bf16) on Inferentia (inf1), whose
 ``--fast-math`` / ``--fp32-cast`` values are read too. Flags trnsim does not model are listed in
 `CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
-of a flag trnsim does model is an error.
+of a flag trnsim does model is an error. Optimisation levels (``-O1``/``-O2``/``-O3``,
+``--optlevel N``, ``trace(optlevel=N)``) are checked and listed there too: trnsim's compiler has
+one pass pipeline (`trnsim.compiler.passes.PIPELINE`), so no level changes what it produces.
 """
 
 from __future__ import annotations
@@ -36,11 +38,10 @@ _KNOWN_IGNORED = ("--model-type", "--distribution-strategy", "--enable-mixed-pre
 class CompileOptions:
     """Everything that changes what the compiler produces (part of the compile-cache key)."""
 
-    instance: str = "inf2.xlarge"
+    instance: str = "inf2.xlarge"  # a name, or an InstanceSpec (the name is kept, the spec travels)
     cores: int = 1
     auto_cast: str | None = None  # None: the instance's compiler's default (`default_auto_cast`)
     auto_cast_type: str = "bf16"
-    optlevel: int = 2
     lnc: int | None = None
     # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
     # core's share of HBM, else the fewest of `cores` that hold it (see passes.memory)
@@ -49,18 +50,25 @@ class CompileOptions:
     pipeline_cores: int | None = None
     dump_after: tuple[str, ...] = ()
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
+    # the resolved `hardware.InstanceSpec` of `instance`: looked up once, read by every pass
+    spec: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.instance, str):  # given an InstanceSpec
+            object.__setattr__(self, "spec", self.instance)
+            object.__setattr__(self, "instance", self.instance.name)
+        elif self.spec is None or self.spec.name != self.instance:
+            from trnsim.hardware import instance as lookup
+
+            object.__setattr__(self, "spec", lookup(self.instance))
         if self.auto_cast is None:
-            object.__setattr__(self, "auto_cast", default_auto_cast(self.instance))
+            object.__setattr__(self, "auto_cast", default_auto_cast(self.spec))
         if self.auto_cast not in AUTO_CAST_MODES:
             raise InvalidArgumentError(f"auto_cast={self.auto_cast!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_MODES)}")
         if self.auto_cast_type not in AUTO_CAST_TYPES:
             raise InvalidArgumentError(f"auto_cast_type={self.auto_cast_type!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_TYPES)}")
-        if self.optlevel not in OPT_LEVELS:
-            raise InvalidArgumentError(f"optlevel={self.optlevel!r}: expected 1, 2 or 3")
         if not isinstance(self.cores, int) or self.cores < 1:
             raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
         if self.lnc not in (None, 1, 2):
@@ -75,17 +83,6 @@ class CompileOptions:
                                        f"divides cores={self.cores} (cores = copies x ranks)")
 
     @property
-    def spec(self):
-        """The `hardware.InstanceSpec` of `instance`, looked up once."""
-        found = self.__dict__.get("_spec")
-        if found is None:
-            from trnsim.hardware import instance as lookup
-
-            found = lookup(self.instance)
-            object.__setattr__(self, "_spec", found)
-        return found
-
-    @property
     def cast_dtype(self) -> str | None:
         """The trnsim dtype auto-cast converts fp32 to, or None when auto-cast is off."""
         return None if self.auto_cast == "none" else AUTO_CAST_TYPES[self.auto_cast_type]
@@ -93,22 +90,16 @@ class CompileOptions:
     def key(self) -> dict[str, Any]:
         """The fields that change the compiled result (for cache keys and reports)."""
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
-                "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc,
+                "auto_cast_type": self.auto_cast_type, "lnc": self.lnc,
                 "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
 
 
-def default_auto_cast(instance: str) -> str:
-    """What the instance's compiler casts when not told: torch-neuron's neuron-cc (Inferentia,
-    NeuronCore-v1) defaults to ``--fast-math all``, "cast all FP32 operators to BF16"
-    (compiler/neuron-cc/command-line-reference); neuronx-cc as torch-neuronx runs it casts
-    the matmuls (``--auto-cast matmult``)."""
-    from trnsim.hardware import instance as lookup
-
-    try:
-        version = lookup(instance).chip.core.version
-    except Exception:  # an unknown instance is reported where it is looked up, not here
-        return "matmult"
-    return "all" if version == 1 else "matmult"
+def default_auto_cast(spec) -> str:
+    """What the instance's compiler casts when not told (`spec`: an InstanceSpec): torch-neuron's
+    neuron-cc (Inferentia, NeuronCore-v1) defaults to ``--fast-math all``, "cast all FP32
+    operators to BF16" (compiler/neuron-cc/command-line-reference); neuronx-cc as torch-neuronx
+    runs it casts the matmuls (``--auto-cast matmult``)."""
+    return "all" if spec.chip.core.version == 1 else "matmult"
 
 
 # neuron-cc's casting values (--fast-math takes several, e.g. "fp32-cast-matmult no-fast-relayout";
@@ -128,9 +119,10 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
     """Parse a NEURON_CC_FLAGS string into CompileOptions fields (only the flags trnsim models).
 
     Accepts ``--auto-cast X`` and ``--auto-cast=X``, ``--auto-cast-type X``, ``-O1``/``-O 2``/
-    ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``,
-    and neuron-cc's (Inferentia) ``--neuroncore-pipeline-cores N``, ``--fast-math V [V...]`` and
-    ``--fp32-cast V`` (--fp32-cast wins over --fast-math, as in neuron-cc). Returns
+    ``--optlevel 3``/``--optlevel=3`` (checked, then ignored: see the module doc), ``-lnc 2``/
+    ``--lnc=2``/``--logical-nc-config 2``, and neuron-cc's (Inferentia)
+    ``--neuroncore-pipeline-cores N``, ``--fast-math V [V...]`` and ``--fp32-cast V``
+    (--fp32-cast wins over --fast-math, as in neuron-cc). Returns
     the recognised fields plus ``ignored_flags`` (a tuple of the flags that have no effect here).
     """
     try:
@@ -144,8 +136,9 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
     while i < len(tokens):
         token = tokens[i]
         flag, eq, inline = token.partition("=")
-        if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3
-            fields["optlevel"] = _optlevel(flag[2:], token)
+        if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3: checked, no effect
+            _optlevel(flag[2:], token)
+            ignored.append(token)
             i += 1
             continue
         if flag == "--fast-math":
@@ -178,7 +171,8 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
         elif name == "auto_cast_type":
             fields[name] = _choice(value, tuple(AUTO_CAST_TYPES), flag)
         elif name == "optlevel":
-            fields[name] = _optlevel(value, f"{flag} {value}")
+            _optlevel(value, f"{flag} {value}")
+            ignored.append(f"{flag} {value}" if not eq else token)
         elif name == "lnc":
             fields[name] = _int_choice(value, (1, 2), flag)
         elif name == "pipeline_cores":
@@ -254,6 +248,10 @@ def options_from_env(env: dict[str, str] | None = None, **explicit: Any) -> Comp
     """CompileOptions from NEURON_CC_FLAGS, overridden by explicit (non-None) keyword arguments."""
     env = os.environ if env is None else env
     fields = parse_cc_flags(env.get(FLAGS_ENV, ""))
+    optlevel = explicit.pop("optlevel", None)
+    if optlevel is not None:  # torch_neuronx's keyword: checked, no effect (module doc)
+        _optlevel(str(optlevel), f"optlevel={optlevel!r}")
+        fields["ignored_flags"] = (*fields["ignored_flags"], f"optlevel={optlevel}")
     unknown = set(explicit) - set(CompileOptions.__dataclass_fields__)
     if unknown:
         raise InvalidArgumentError(f"unknown compile option(s): {', '.join(sorted(unknown))}")

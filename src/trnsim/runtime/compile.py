@@ -21,16 +21,18 @@ from trnsim.runtime.model import CompiledModel
 __all__ = ["place", "report_cache_path", "trace", "write_json"]
 
 
-def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cores: int = 1,
+def trace(model: Any, example_inputs: Any, *, instance: Any = "inf2.xlarge", cores: int = 1,
           auto_cast: str | None = None, auto_cast_type: str | None = None,
           optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
           dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None,
           tensor_parallel: int | None = None, pipeline_cores: int | None = None) -> CompiledModel:
-    """Compile `model` for `instance` (torch_neuronx.trace semantics; see trnsim.compiler).
+    """Compile `model` for `instance` (a name or an InstanceSpec; torch_neuronx.trace semantics,
+    see trnsim.compiler).
 
-    auto_cast / auto_cast_type / optlevel default to NEURON_CC_FLAGS, else neuronx-cc's defaults
-    (matmult, bf16, -O2). The model uses `cores` NeuronCores of the visible ones
-    (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES): copies of it for throughput (data
+    auto_cast / auto_cast_type default to NEURON_CC_FLAGS, else neuronx-cc's defaults (matmult,
+    bf16); `optlevel` is checked and reported as an ignored flag (one pass pipeline). The model
+    uses `cores` NeuronCores of the visible ones (NEURON_RT_VISIBLE_CORES /
+    NEURON_RT_NUM_CORES): copies of it for throughput (data
     parallel), each copy split over `tensor_parallel` cores. By default a copy takes one core
     if the model fits that core's share of HBM, else the fewest of `cores` that hold it;
     `tensor_parallel=N` asks for N (like neuronx-distributed's tp_degree; `cores` defaults to N).
@@ -40,10 +42,10 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     from trnsim.compiler import compile, options_from_env
     from trnsim.compiler.compile import physical_cores
 
-    spec = hardware.instance(instance)
+    spec = hardware.instance(instance) if isinstance(instance, str) else instance
     if cores == 1 and (tensor_parallel or pipeline_cores or 1) > 1:
         cores = tensor_parallel or pipeline_cores  # the cores a split model needs
-    options = options_from_env(instance=spec.name, cores=cores, auto_cast=auto_cast,
+    options = options_from_env(instance=spec, cores=cores, auto_cast=auto_cast,
                                auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
                                dump_after=dump_after or None, tensor_parallel=tensor_parallel,
                                pipeline_cores=pipeline_cores)
@@ -53,7 +55,9 @@ def trace(model: Any, example_inputs: Any, *, instance: str = "inf2.xlarge", cor
     visible = visible_cores(spec.logical_cores(options.lnc), spec.name)
     plan = compile(model, example_inputs, options, kwargs=kwargs, visible=visible,
                    workdir=workdir)
-    return CompiledModel(plan, options.key())
+    compiled = CompiledModel(plan, options.key())
+    compiled.instance_spec = spec  # resolved once, here
+    return compiled
 
 
 def place(spec, copies: int, lnc: int | None) -> list[int]:

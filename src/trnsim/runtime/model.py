@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -89,8 +90,9 @@ class CompiledModel:
         """What every core of one copy runs, in plan order (each rank's own weights)."""
         return self.plan.core_programs()
 
-    @property
+    @cached_property
     def instance_spec(self):
+        """The `hardware.InstanceSpec` the plan runs on (looked up once)."""
         return hardware.instance(self.instance)
 
     @property
