@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from trnsim import hardware
-from trnsim.compiler.cache import REPORT_CODE, cache_dir, code_digest, write_json
+from trnsim.compiler.cache import PROGRAM_CODE, REPORT_CODE, cache_dir, code_digest, write_json
 from trnsim.hardware.spec import fingerprint
 from trnsim.runtime.cores import visible_cores
 from trnsim.runtime.model import CompiledModel
 
-__all__ = ["place", "report_cache_path", "trace", "write_json"]
+# The compile cache lives in `trnsim.compiler.cache`; its names are re-exported for callers here.
+_code_digest = code_digest
+__all__ = ["PROGRAM_CODE", "REPORT_CODE", "cache_dir", "place", "report_cache_path", "trace",
+           "write_json"]
 
 
 def trace(model: Any, example_inputs: Any, *, instance: Any = "inf2.xlarge", cores: int = 1,
