@@ -11,11 +11,19 @@ MultiplyMoving instead of paying SCALE-Sim's fill and drain per fold).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# tests/sim/synthetic.py and tests/kernels/harness.py (helpers shared with the tests) live in the
+# repository, not the installed package: make it importable however this script is started
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import json
+
+from tests.sim.synthetic import scalesim_ws_cycles, weight_stationary_gemm
 
 from trnsim import hardware
 from trnsim.sim import simulate
-from trnsim.sim.synthetic import scalesim_ws_cycles, weight_stationary_gemm
 
 SHAPES = [(128, 128, 128), (512, 512, 512), (1024, 1024, 1024), (2048, 1024, 256), (4096, 512, 512),
           (100, 200, 300), (32, 128, 128), (2048, 2048, 2048)]

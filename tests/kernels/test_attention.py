@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import as_dtype, assert_close, loaded
+from tests.kernels.harness import ArraySpec, run
 from trnsim.errors import UnsupportedError
 from trnsim.kernels import attention
-from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
 
 

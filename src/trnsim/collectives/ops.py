@@ -38,7 +38,6 @@ _ALIASES.update({"allreduce": "all_reduce", "allgather": "all_gather",
                  "reducescatter": "reduce_scatter", "all2all": "all_to_all",
                  "send_recv": "sendrecv"})
 REDUCTIONS = ("sum", "max", "min")
-REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter"})
 POINT_TO_POINT = frozenset({"permute", "sendrecv"})
 
 
@@ -70,15 +69,6 @@ def segment_sizes(n: int, parts: int) -> np.ndarray:
 
 def input_count(op: str, n: int, ranks: int, rank: int) -> int:
     return int(segment_sizes(n, ranks)[rank]) if op == "all_gather" else int(n)
-
-
-def output_count(op: str, n: int, ranks: int, rank: int) -> int:
-    seg = int(segment_sizes(n, ranks)[rank])
-    if op == "reduce_scatter":
-        return seg
-    if op == "all_to_all":
-        return ranks * seg
-    return int(n)
 
 
 def default_pairs(ranks: int) -> tuple[tuple[int, int], ...]:

@@ -43,11 +43,6 @@ class Step:
 Program = tuple[Step, ...]
 
 
-def program_reads(program: Program) -> set[int]:
-    """Operand indices (``in<k>``) the program reads."""
-    return {int(a[2:]) for s in program for a in s.args if isinstance(a, str) and a.startswith("in")}
-
-
 def check_program(program: Program, operands: int, *, has_acc: bool) -> None:
     for j, step in enumerate(program):
         for a in step.args:
@@ -60,10 +55,6 @@ def check_program(program: Program, operands: int, *, has_acc: bool) -> None:
             if a.startswith("s") and a[1:].isdigit() and int(a[1:]) < j:
                 continue
             raise IRError(f"program step {j} ({step.pretty()}) reads {a!r}, which is not defined")
-
-
-def pretty_program(program: Program) -> str:
-    return "; ".join(f"s{j}={s.pretty()}" for j, s in enumerate(program))
 
 
 # What a graph may hold once fusion is done (checked by `check_kernel_level`).

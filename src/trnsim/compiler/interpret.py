@@ -105,10 +105,6 @@ def _floatish(arrays: Sequence[np.ndarray]) -> bool:
                for a in arrays)
 
 
-def _is_float_storage(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or "float" in a.dtype.name
-
-
 # --- elementwise: one table shared with fused programs (trnsim.compiler.fused.Step) -----------
 def erf(x: np.ndarray) -> np.ndarray:
     """erf to ~1e-7 absolute (Abramowitz & Stegun 7.1.26 in float64): numpy has no erf."""

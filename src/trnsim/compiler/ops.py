@@ -534,10 +534,6 @@ register("concat", "compute", _concat, ("axis",))
 register("pad", "compute", _pad, ("pads", "value"), "constant padding")
 
 
-def is_view(node: Node) -> bool:
-    return node.op in VIEWS
-
-
 def _register_kernel_ops() -> None:
     """The kernel-level operators' shape rules (`trnsim.compiler.kernel_ops`)."""
     from trnsim.compiler.kernel_ops import KERNEL_OPS

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from trnsim.errors import InvalidArgumentError
@@ -259,7 +259,3 @@ def options_from_env(env: dict[str, str] | None = None, **explicit: Any) -> Comp
     if "dump_after" in fields and isinstance(fields["dump_after"], str):
         fields["dump_after"] = (fields["dump_after"],)
     return CompileOptions(**fields)
-
-
-def with_overrides(options: CompileOptions, **changes: Any) -> CompileOptions:
-    return replace(options, **changes)

@@ -39,7 +39,6 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 BAND_BYTES = 48 * 1024  # SBUF bytes per partition for one padded input band
-WEIGHT_BYTES = 96 * 1024  # resident transposed weights per partition
 
 
 def conv2d(out: Tile, x: Tile, w: Tile, *, bias: Tile | None = None, extras: Sequence[Tile] = (),

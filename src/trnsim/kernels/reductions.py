@@ -63,19 +63,6 @@ def _moved_last(x: Tile, axes: Sequence[int]) -> tuple[Tile, int]:
     return hbm_view(x, [x.shape[i] for i in order], [strides[i] for i in order]), len(kept)
 
 
-def _as_rows(view: Tile, kept: int) -> Tile:
-    """[rows, cols] of a kept-first view (a size-1 row axis when nothing is kept)."""
-    if kept == 0:
-        flat = merged(view, 0)
-        if flat is not None:
-            return flat
-    two = merged(view, kept)
-    if two is None:
-        raise InvalidArgumentError(f"view {list(view.shape)} (strides {hbm_strides(view)}) cannot "
-                                   f"be read as [rows, columns]")
-    return two
-
-
 def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bool = False,
            correction: float | None = None, prologue: Callable | None = None) -> None:
     """out = op over `axes` of prologue(x) (all axes when `axes` is empty)."""
