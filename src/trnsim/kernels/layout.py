@@ -40,20 +40,21 @@ from trnsim.numerics import dtype as as_dtype
 
 # The library is tiled for the limits of NeuronCore-v2, which every core it runs on allows
 # (NeuronCore-v1 runs it on its own figures; v3 and v4 allow more), read from that core's spec.
-_TILED_FOR = hardware.core("v2")
-P = _TILED_FOR.partitions  # partitions; TensorE contraction tile and stationary free size
+TILED_FOR = hardware.core("v2")
+P = TILED_FOR.partitions  # partitions; TensorE contraction tile and stationary free size
 # fp32 elements per partition in one PSUM bank (2 KiB); TensorE moving limit
-BANK_FP32 = _TILED_FOR.psum_bank_bytes_per_partition // 4
+BANK_FP32 = TILED_FOR.psum_bank_bytes_per_partition // 4
+BN_CHUNK = TILED_FOR.bn_stats_max_free  # elements one BnStats instruction takes per partition
 # SBUF bytes per partition a kernel leaves outside its operand buffers, for staging, evictions
 # and the next kernel's prefetch; operands get the rest (128 KiB of NeuronCore-v2's 176 usable).
 KERNEL_HEADROOM_BYTES = 48 * 1024
 # A DMA moves one descriptor per contiguous run; runs of at least this many bytes per partition
 # keep the engines above ~90% of their rate (hardware.md section 6, fact 7: they saturate there).
-EFFICIENT_RUN_BYTES = _TILED_FOR.dma.saturating_bytes_per_partition
+EFFICIENT_RUN_BYTES = TILED_FOR.dma.saturating_bytes_per_partition
 # Bytes per partition one DMA of a streamed operand moves: big enough to amortise the ~1.3 us
 # start latency (it overlaps the previous transfer on the queue; from this size DMA saturates),
 # small enough that TensorE can start on the first piece while the rest is in flight.
-DMA_PIECE_BYTES = _TILED_FOR.dma.saturating_bytes_per_partition
+DMA_PIECE_BYTES = TILED_FOR.dma.saturating_bytes_per_partition
 
 _scope_ids = itertools.count(1 << 30)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.kernels.layout import (
+    BN_CHUNK,
     Evictor,
     P,
     broadcast_to_shape,
@@ -48,7 +49,6 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 CHUNK = 4096  # columns of one SBUF block
-BN_CHUNK = 512
 OPS = ("sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var")
 _ALU = {"sum": np.add, "mean": np.add, "amax": np.max, "amin": np.min, "prod": np.multiply,
         "any": np.max, "all": np.min}
