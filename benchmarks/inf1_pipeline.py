@@ -24,7 +24,7 @@ def main() -> None:
     import transformers as T
 
     import trnsim
-    from trnsim.runtime.pipeline import weights_on_chip
+    from trnsim.sim.execution_plan import weights_on_chip
 
     torch.manual_seed(0)
     model = T.BertModel(T.BertConfig(hidden_size=1024, num_hidden_layers=24,
@@ -37,7 +37,7 @@ def main() -> None:
             start = time.perf_counter()
             compiled = trnsim.trace(model, inputs, instance=instance, pipeline_cores=stages)
             report = compiled.report()
-            cached = sum(weights_on_chip(s.program) for s in compiled.stages)
+            cached = sum(weights_on_chip(p) for p in compiled.programs())
             results.append({"instance": instance, "pipeline_cores": stages or 1,
                             "trace_and_report_s": round(time.perf_counter() - start, 2),
                             "latency_ms": round(report.latency_ms, 3),

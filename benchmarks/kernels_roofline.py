@@ -12,13 +12,20 @@ Run: PYTHONPATH=src:. python benchmarks/kernels_roofline.py [--quick]
 
 from __future__ import annotations
 
-import json
 import sys
+from pathlib import Path
+
+# tests/sim/synthetic.py and tests/kernels/harness.py (helpers shared with the tests) live in the
+# repository, not the installed package: make it importable however this script is started
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import json
 import time
+
+from tests.kernels.harness import ArraySpec, run
 
 from trnsim import hardware
 from trnsim.kernels import attention, matmul, norm
-from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
 from trnsim.nki import language as nl
 

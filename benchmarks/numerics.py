@@ -21,10 +21,10 @@ import time
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
+import ml_dtypes
+import numpy as np
 
-from trnsim.numerics import CounterRNG, cast, dtype  # noqa: E402
+from trnsim.numerics import CounterRNG, cast, dtype
 
 SR_TARGET_VALUES_PER_S = 50e6
 RNE_TARGET_RATIO = 2.0

@@ -25,20 +25,26 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+# tests/sim/synthetic.py and tests/kernels/harness.py (helpers shared with the tests) live in the
+# repository, not the installed package: make it importable however this script is started
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
+from tests.sim.synthetic import tiled_matmul
 
 from trnsim.isa import Activation, DmaCopy, TensorCopy, TensorScalar, TensorTensor
 from trnsim.numerics import cast, to_compute
 from trnsim.sim import simulate
 from trnsim.sim.plan import Planner
-from trnsim.sim.synthetic import tiled_matmul
 
 
 def _best_rate(program, repeats: int = 3) -> float:
@@ -143,10 +149,12 @@ def functional_overhead(count: int = 30000) -> dict:
 
 _MEMORY_CHILD = """
 import json
+import sys
+sys.path.insert(0, %r)
 import numpy as np
 from trnsim.sim import simulate
 from trnsim.sim.plan import Planner
-from trnsim.sim.synthetic import tiled_matmul
+from tests.sim.synthetic import tiled_matmul
 
 def rss(field):
     for line in open("/proc/self/status"):
@@ -170,7 +178,8 @@ print(json.dumps({"rss_before_run": before, "peak_rss": rss("VmHWM"), "simulated
 
 
 def memory() -> dict:
-    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD], capture_output=True, text=True, check=True)
+    child = _MEMORY_CHILD % str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
     figures = json.loads(out.stdout)
     simulated = figures["simulated_bytes"]
     figures["peak_rss_over_simulated"] = round(figures["peak_rss"] / simulated, 3)

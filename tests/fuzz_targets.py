@@ -21,7 +21,9 @@ from trnsim.errors import TrnsimError
 # --- artifact loader --------------------------------------------------------------------------
 MANIFEST_KEYS = ("format", "trnsim_version", "files", "checksum", "name", "instance", "options",
                  "inputs", "outputs", "input_structure", "output_structure", "kernels",
-                 "placement", "tensor_parallel", "sharded", "stages", "lnc_shared", "extra")
+                 "placement", "plan", "constants", "sharded", "shards", "extra")
+PLAN_KEYS = ("programs", "cores", "shared", "lnc", "fabric", "cores.program", "cores.slot",
+             "cores.shard", "cores.stage", "cores.inputs", "programs.file", "programs.constants")
 FILES = ("manifest.json", "program.json", "constants.safetensors")
 HOSTILE_TYPES = ("os.system", "subprocess.getoutput", "builtins.open", "shutil.rmtree",
                  "builtins.eval", "transformers.modeling_outputs.BaseModelOutput", "posix.system")
@@ -46,6 +48,7 @@ structures = st.recursive(
 
 mutations = st.lists(st.one_of(
     st.tuples(st.just("field"), st.sampled_from(MANIFEST_KEYS), json_values),
+    st.tuples(st.just("plan"), st.sampled_from(PLAN_KEYS), json_values),
     st.tuples(st.just("structure"), st.sampled_from(["input_structure", "output_structure"]),
               structures),
     st.tuples(st.just("program"), st.sampled_from(["tensors", "instructions", "target", "name",
@@ -112,6 +115,18 @@ def mutate(root: Path, changes, reseal: bool) -> None:
                 (root / "manifest.json").write_text(text)
                 continue
             manifest[change[1]] = change[2]
+            (root / "manifest.json").write_text(json.dumps(manifest))
+        elif kind == "plan":
+            manifest = _json(root, "manifest.json")
+            plan = manifest.get("plan") if isinstance(manifest, dict) else None
+            if not isinstance(plan, dict):
+                continue
+            outer, _, inner = change[1].partition(".")
+            entries = plan.get(outer)
+            if inner and isinstance(entries, list) and entries and isinstance(entries[0], dict):
+                entries[0][inner] = change[2]
+            else:
+                plan[outer] = change[2]
             (root / "manifest.json").write_text(json.dumps(manifest))
         elif kind == "program":
             program = _json(root, "program.json")

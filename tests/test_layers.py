@@ -4,9 +4,9 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trnsim"
-LAYERS = ["hardware", "numerics", "isa", "sim", "nki", "collectives", "kernels", "compiler",
+LAYERS = ["hardware", "numerics", "collectives", "isa", "sim", "nki", "kernels", "compiler",
           "runtime", "perf", "cli"]
-BASE = {"errors", "backends"}  # below every layer
+BASE = {"errors"}  # below every layer
 TOP = {"__init__", "__main__", "run"}  # the package itself and entry points: may import anything
 
 

@@ -12,20 +12,6 @@ generated token against a KV cache. Kernels: `from trnsim import nki`.
 
 __version__ = "0.1.0"
 
-from trnsim import backends as _backends
-
-
-def _collectives_backend():
-    """The interconnect model for nki's multi-rank launcher (imported on first use)."""
-    from types import SimpleNamespace
-
-    from trnsim.collectives import Collective, Fabric, Machine
-
-    return SimpleNamespace(Fabric=Fabric, Collective=Collective, Machine=Machine)
-
-
-_backends.set_fabric_backend(_collectives_backend)
-
 _LAZY = {"trace": ("trnsim.runtime", "trace"), "load": ("trnsim.runtime", "load"),
          "analyze": ("trnsim.compiler", "analyze"),
          "empty_weights": ("trnsim.compiler.empty_weights", "empty_weights"),

@@ -87,3 +87,7 @@ class IndexOutOfBoundsError(TrnsimError, IndexError):
 class UndefinedBehaviourWarning(UserWarning):
     """A kernel does what the NKI documentation calls undefined (reading memory nothing wrote,
     accumulating into PSUM nothing wrote); the simulated values are NaN there."""
+
+
+class CoresUnavailableError(LimitExceededError):
+    """More NeuronCores requested than the instance has (or than are visible)."""

@@ -34,7 +34,7 @@ def test_compile_split_over_two_cores_then_run(capsys, tmp_path, monkeypatch):
     assert code == 0, err
     assert "tensor parallel" in out and "k.collective" in out
     manifest = json.loads((tmp_path / "mlp.trnsim" / "manifest.json").read_text())
-    assert manifest["tensor_parallel"] == 2 and manifest["sharded"]
+    assert manifest["shards"] == 2 and manifest["sharded"]
     code, out, err = run(capsys, "run", "mlp.trnsim", "--json")
     assert code == 0, err
     report = json.loads(out)

@@ -10,12 +10,15 @@ from trnsim.compiler.ir import Graph
 from trnsim.compiler.passes.layout import choose_layout, choose_stationary, reshape_strides
 from trnsim.compiler.passes.memory import device_budget, plan_memory
 from trnsim.compiler.passes.schedule import schedule
+from trnsim.hardware import core
+
+V2 = core("v2")
 
 
 def test_stationary_operand_is_the_cheaper_one_to_load():
-    assert choose_stationary(16, 4096) == "a"  # few tokens: hold them, stream the weights
-    assert choose_stationary(4096, 64) == "b"  # many tokens, few features: hold the weights
-    assert choose_stationary(128, 128) == "a"
+    assert choose_stationary(16, 4096, V2) == "a"  # few tokens: hold them, stream the weights
+    assert choose_stationary(4096, 64, V2) == "b"  # many tokens, few features: hold the weights
+    assert choose_stationary(128, 128, V2) == "a"
 
 
 def view_graph():
@@ -31,7 +34,7 @@ def view_graph():
 
 
 def test_views_are_classified_and_given_access_patterns():
-    out = choose_layout(view_graph()).verify()
+    out = choose_layout(view_graph(), V2).verify()
     by_name = {n.op + str(n.shape): n.attrs for n in out.nodes}
     alias = by_name["reshape(32, 32)"]
     assert alias["fold"] == "alias" and alias["access"] == (0, ((32, 32), (1, 32)))

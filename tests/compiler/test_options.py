@@ -8,8 +8,8 @@ from trnsim.errors import InvalidArgumentError
 
 def test_defaults_are_neuronx_cc_defaults():
     o = options_from_env({})
-    assert (o.auto_cast, o.auto_cast_type, o.optlevel, o.instance) == ("matmult", "bf16", 2,
-                                                                       "inf2.xlarge")
+    assert (o.auto_cast, o.auto_cast_type, o.instance) == ("matmult", "bf16", "inf2.xlarge")
+    assert o.spec.name == "inf2.xlarge"  # the resolved instance travels with the options
     assert o.cast_dtype == "bfloat16"
 
 
@@ -23,14 +23,14 @@ def test_inf1_defaults_to_neuron_cc_casting_every_fp32_operator():
     ("--fast-math all", {"auto_cast": "all", "auto_cast_type": "bf16"}),
     ("--fast-math none", {"auto_cast": "none", "auto_cast_type": "bf16"}),
     ("--fast-math fp32-cast-matmult no-fast-relayout -O1",
-     {"auto_cast": "matmult", "auto_cast_type": "bf16", "optlevel": 1}),
+     {"auto_cast": "matmult", "auto_cast_type": "bf16"}),
     ("--fast-math=fp32-cast-all-fp16", {"auto_cast": "all", "auto_cast_type": "fp16"}),
     ("--fp32-cast matmult-fp16 --fast-math all", {"auto_cast": "matmult", "auto_cast_type": "fp16"}),
 ])
 def test_neuron_cc_casting_flags(text, expected):
     fields = parse_cc_flags(text)
     assert {k: v for k, v in fields.items() if k != "ignored_flags"} == expected
-    assert all("relayout" in f for f in fields["ignored_flags"])
+    assert all("relayout" in f or f == "-O1" for f in fields["ignored_flags"])
 
 
 def test_neuron_cc_flags_reach_an_inf1_compile():
@@ -41,15 +41,25 @@ def test_neuron_cc_flags_reach_an_inf1_compile():
 @pytest.mark.parametrize("text,expected", [
     ("--auto-cast none", {"auto_cast": "none"}),
     ("--auto-cast=all --auto-cast-type=fp16", {"auto_cast": "all", "auto_cast_type": "fp16"}),
-    ("--auto-cast-type tf32 -O1", {"auto_cast_type": "tf32", "optlevel": 1}),
-    ("-O3", {"optlevel": 3}),
-    ("--optlevel 1", {"optlevel": 1}),
-    ("--optlevel=2 -lnc 1", {"optlevel": 2, "lnc": 1}),
+    ("--auto-cast-type tf32 -O1", {"auto_cast_type": "tf32"}),
+    ("-O3", {}),
+    ("--optlevel 1", {}),
+    ("--optlevel=2 -lnc 1", {"lnc": 1}),
     ("--auto-cast-type fp8_e4m3", {"auto_cast_type": "fp8_e4m3"}),
 ])
 def test_flags_trnsim_models(text, expected):
     fields = parse_cc_flags(text)
     assert {k: v for k, v in fields.items() if k != "ignored_flags"} == expected
+
+
+def test_optimisation_levels_are_checked_and_reported_as_ignored():
+    """trnsim's compiler has one pass pipeline: no -O level changes what it produces."""
+    assert parse_cc_flags("-O1 --optlevel 3 --optlevel=2")["ignored_flags"] == \
+        ("-O1", "--optlevel 3", "--optlevel=2")
+    o = options_from_env({}, optlevel=3)
+    assert o.ignored_flags == ("optlevel=3",) and "optlevel" not in o.key()
+    with pytest.raises(InvalidArgumentError, match="optimisation level must be 1, 2 or 3"):
+        options_from_env({}, optlevel=7)
 
 
 def test_flags_trnsim_does_not_model_are_kept_as_ignored():
@@ -79,7 +89,7 @@ def test_bad_values_are_errors_that_name_the_flag(text, message):
 def test_explicit_arguments_override_the_environment():
     env = {"NEURON_CC_FLAGS": "--auto-cast=all -O1"}
     o = options_from_env(env, auto_cast="none", optlevel=None)
-    assert (o.auto_cast, o.optlevel) == ("none", 1)
+    assert (o.auto_cast, o.ignored_flags) == ("none", ("-O1",))
 
 
 def test_invalid_keyword_values_and_unknown_options_are_errors():

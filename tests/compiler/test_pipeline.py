@@ -8,8 +8,9 @@ import pytest
 
 from tests.compiler.test_capture import MODELS
 from tests.compiler.zoo import max_error
-from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, KERNEL_LEVEL_VIEWS, KERNELS
+from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, KERNEL_LEVEL_VIEWS
 from trnsim.compiler.interpret import evaluate
+from trnsim.compiler.kernel_ops import KERNEL_OPS as KERNELS
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.passes import PASS_NAMES, PIPELINE, describe, run_pipeline
 from trnsim.errors import UnknownNameError

@@ -92,7 +92,7 @@ def test_split_models_match_eager(zoo, shard_everything, name, degree):
     compiled = trnsim.trace(m.model, m.example, instance="trn1.32xlarge", tensor_parallel=degree)
     assert compiled.tensor_parallel == degree
     _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
-    programs = compiled.rank_programs()
+    programs = compiled.programs()
     assert len(programs) == degree and programs[1].instructions is programs[0].instructions
     sharded = [t for t in programs[0].tensors.values() if getattr(t.data, "sharded", False)]
     assert sharded
@@ -178,7 +178,7 @@ def test_ranks_spanning_chips_and_logical_cores(zoo, shard_everything, instance,
     compiled = trnsim.trace(m.model, m.example, instance=instance, tensor_parallel=degree)
     _compare(_leaves(_call(compiled, m.example)), m.eager_leaves, rel=2e-2, cosine=0.999)
     physical = 2 if instance.startswith("trn2") else 1  # LNC=2: a rank is two NeuronCore-v3s
-    assert len(compiled.physical_programs()) == physical
+    assert compiled.plan.physical == physical
     assert len(compiled.rank_timings()) == degree * physical
 
 
@@ -229,6 +229,6 @@ def test_gathered_expert_weights_split_by_rows(shard_everything):
     got = compiled(ids)
     got = got.last_hidden_state if hasattr(got, "last_hidden_state") else got[0]
     assert torch.allclose(got, want, atol=1e-5 * float(want.abs().max()))
-    experts = [t for t in compiled.rank_programs()[0].tensors.values()
+    experts = [t for t in compiled.programs()[0].tensors.values()
                if getattr(t.data, "sharded", False) and len(t.shape) == 3]
     assert len(experts) == 2 and all(t.shape[1] in (128, 32) for t in experts)

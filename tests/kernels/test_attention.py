@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import as_dtype, assert_close, loaded
+from tests.kernels.harness import ArraySpec, run
 from trnsim.errors import UnsupportedError
 from trnsim.kernels import attention
-from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
 
 
 def reference(q, k, v, scale, mask=None, kind="none", k_transposed=False, compute="bfloat16"):
-    """What k.attention means (trnsim.compiler.interpret_kernels): bf16 operands, fp32 softmax,
+    """What k.attention means (its record in trnsim.compiler.kernel_ops): bf16 operands, fp32 softmax,
     probabilities cast to the compute dtype before P @ V, fully masked rows give 0."""
     q, k, v = (loaded(t, compute) for t in (q, k, v))
     kt = k if k_transposed else np.swapaxes(k, -1, -2)

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import BF16, assert_close
+from tests.kernels.harness import run
 from trnsim.compiler.fused import Step
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.isa.ops import ACTIVATIONS
 from trnsim.kernels import concat, copy, elementwise, pad
-from trnsim.kernels.harness import run
 from trnsim.kernels.layout import hbm_view
 from trnsim.nki import language as nl
 

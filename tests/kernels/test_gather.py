@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from tests.kernels.harness import ArraySpec, run
 from trnsim.errors import TrnsimError
 from trnsim.kernels import gather
-from trnsim.kernels.harness import ArraySpec, run
 
 
 def test_embedding_rows(rng):

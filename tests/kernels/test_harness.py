@@ -1,9 +1,9 @@
-"""trnsim.kernels.harness: one kernel on its own, functional and timing-only."""
+"""tests.kernels.harness: one kernel on its own, functional and timing-only."""
 
 import numpy as np
 
+from tests.kernels.harness import ArraySpec, run, trace_kernel
 from trnsim.kernels import elementwise
-from trnsim.kernels.harness import ArraySpec, run, trace_kernel
 from trnsim.nki import language as nl
 
 

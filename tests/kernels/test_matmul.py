@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import as_dtype, assert_close, loaded
+from tests.kernels.harness import ArraySpec, run
 from trnsim.compiler.fused import Step
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.isa.ops import ACTIVATIONS
 from trnsim.kernels import matmul
-from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
 from trnsim.nki import language as nl
 

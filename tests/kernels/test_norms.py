@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import as_dtype, assert_close
+from tests.kernels.harness import ArraySpec, run
 from trnsim.compiler import interpret as ref
 from trnsim.kernels import norm
-from trnsim.kernels.harness import ArraySpec, run
 from trnsim.kernels.layout import hbm_view
 
 CASES = [  # shape, normalized, kind, residual, weight, bias, dtype

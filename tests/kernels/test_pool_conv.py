@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import assert_close, loaded
+from tests.kernels.harness import run
 from trnsim.compiler import interpret as ref
 from trnsim.compiler.ops import conv_out
 from trnsim.kernels import conv2d, pool2d
-from trnsim.kernels.harness import run
 from trnsim.nki import language as nl
 
 POOLS = [("max", (3, 3), (2, 2), (1, 1), (1, 1), False, True, None),

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from tests.kernels.conftest import assert_close
+from tests.kernels.harness import run
 from trnsim.compiler import interpret as ref
 from trnsim.compiler.fused import Step
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.kernels import cumsum, reduce, softmax, topk
-from trnsim.kernels.harness import run
 from trnsim.numerics import dtype
 
 OPS = ["sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var"]

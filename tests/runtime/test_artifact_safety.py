@@ -77,7 +77,7 @@ def test_a_saved_model_still_round_trips(saved):
     loaded = trnsim.load(path)
     out = loaded(x)
     assert torch.allclose(out["last_hidden_state"], model(x)["last_hidden_state"], atol=3e-2)
-    assert manifest(path)["format"] == 2
+    assert manifest(path)["format"] == 3
 
 
 # --- code execution through structure types ---------------------------------------------------
@@ -120,11 +120,12 @@ def test_a_manifest_nested_100k_deep(art):
 @pytest.mark.parametrize("field,value,message", [
     ("options", {"optlevel": "two"}, r"field 'options\.optlevel' must be an integer"),
     ("options", {"lnc": 2.5}, r"field 'options\.lnc' must be an integer"),
-    ("tensor_parallel", 10**9, r"field 'tensor_parallel' is 1000000000, outside"),
-    ("tensor_parallel", "4", r"field 'tensor_parallel' must be an integer"),
+    ("shards", 10**9, r"field 'shards' is 1000000000, outside"),
+    ("shards", "4", r"field 'shards' must be an integer"),
     ("placement", [-1], r"field 'placement\[0\]' is -1, outside"),
     ("kernels", [{"label": 1}], r"field 'kernels\[0\]\.node' is missing"),
-    ("stages", [{"inputs": [], "outputs": []}] * 65, r"field 'stages' has 65 entries"),
+    ("sharded", ["no_such_weight"], r"field 'sharded\[0\]' 'no_such_weight' is not one of"),
+    ("constants", [], r"field 'constants' must be an object"),
     ("surprise", 1, r"field 'manifest\.surprise' is not a field"),
     ("output_structure", {"kind": "closure"}, r"field 'output_structure\.kind' is str"),
     ("output_structure", {"kind": "tuple", "children": [{"kind": "tensor"}] * 3},
@@ -135,6 +136,41 @@ def test_a_field_of_the_wrong_type_or_size(art, field, value, message):
     m[field] = {**m[field], **value} if field == "options" else value
     reseal(art, m)
     with pytest.raises(ArtifactError, match=message):
+        trnsim.load(art)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda p: p["cores"][0].update(program=5), r"'plan\.cores\[0\]\.program' is 5, outside"),
+    (lambda p: p["cores"][0]["slot"].update(rank=-1), r"'plan\.cores\[0\]\.slot\.rank' is -1"),
+    (lambda p: p["cores"][0].update(shard=1), r"'plan\.cores\[0\]\.shard' is 1, outside"),
+    (lambda p: p["cores"].clear(), r"'plan\.cores' is empty"),
+    (lambda p: p["programs"][0].update(file="../program.json"),
+     r"'plan\.programs\[0\]\.file' must be 'program\.json'"),
+    (lambda p: p["programs"].append({"file": "program.p1.json", "constants": {}}),
+     r"'plan\.programs\[1\]\.file' must be 'program\.p1\.json', a file the manifest lists"),
+    (lambda p: p["programs"][0]["constants"].update(w="missing"),
+     r"'plan\.programs\[0\]\.constants\.w' 'missing' is not a stored constant"),
+    (lambda p: p.update(fabric={"instance": "p4d.24xlarge", "lnc": 1, "endpoints": [0],
+                                "nodes": 1}), r"'plan\.fabric\.instance'"),
+    (lambda p: p.update(fabric={"instance": "trn1.32xlarge", "lnc": 1, "endpoints": [0],
+                                "nodes": 10**9}), r"'plan\.fabric\.nodes' is 1000000000"),
+    (lambda p: p.update(lnc=3), r"'plan\.lnc' is 3, outside"),
+    (lambda p: p.update(shared=["nowhere"]), r"'plan\.shared\[0\]' 'nowhere' is not a tensor"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_hostile_execution_plan(art, change, message):
+    m = manifest(art)
+    change(m["plan"])
+    reseal(art, m)
+    with pytest.raises(ArtifactError, match=message):
+        trnsim.load(art)
+
+
+def test_a_constant_spec_that_disagrees_with_the_program(art):
+    m = manifest(art)
+    key = next(iter(m["constants"]))
+    m["constants"][key]["dtype"] = "float16"  # as many bytes as the bf16 weight, another dtype
+    reseal(art, m)
+    with pytest.raises(ArtifactError, match=rf"field 'constants\.{key}' does not declare"):
         trnsim.load(art)
 
 
@@ -183,12 +219,14 @@ def test_an_edited_manifest_fails_its_checksum(art):
         trnsim.load(art)
 
 
-def test_format_1_gets_a_version_error(art):
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_format_gets_a_version_error(art, version):
     m = manifest(art)
-    m["format"] = 1
+    m["format"] = version
     del m["checksum"]
     (art / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(ArtifactError, match="artifact format 1; this trnsim reads format 2 only"):
+    with pytest.raises(ArtifactError, match=f"artifact format {version}; this trnsim reads "
+                                            f"format 3 only .*recompile the model"):
         trnsim.load(art)
 
 
@@ -266,7 +304,9 @@ def test_a_constant_whose_shape_does_not_match_its_bytes(art):
     constant = next(t for t in program["tensors"] if t["kind"] == "constant")
     constant["shape"] = [d * 2 for d in constant["shape"]]
     (art / "program.json").write_text(json.dumps(program))
-    reseal(art)
+    m = manifest(art)
+    m["constants"][constant["name"]]["shape"] = constant["shape"]  # the declaration agrees
+    reseal(art, m)
     with pytest.raises(ArtifactError, match=rf"constants\.safetensors field '{constant['name']}' "
                                             r"holds \d+ bytes; its shape"):
         trnsim.load(art)

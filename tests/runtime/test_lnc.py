@@ -37,11 +37,11 @@ def _barriers(program) -> int:
 
 def test_lnc2_splits_the_model_over_two_programs_that_meet_at_barriers(mlp):
     _, _, compiled = mlp
-    assert len(compiled[1].physical_programs()) == 1
-    core0, core1 = compiled[2].physical_programs()
+    assert len(compiled[1].programs()) == 1
+    core0, core1 = compiled[2].programs()
     assert _barriers(core0) == _barriers(core1) >= 1  # the norm reads both halves of `down`
     assert trnsim.trace(_Mlp().eval(), (torch.randn(2, 1024),),  # the default on trn2
-                        instance="trn2.48xlarge", auto_cast="none").partner_source is not None
+                        instance="trn2.48xlarge", auto_cast="none").plan.physical == 2
 
 
 def test_lnc2_computes_what_eager_pytorch_computes(mlp):
@@ -78,7 +78,7 @@ def test_small_kernels_stay_whole_on_core_0():
     x = torch.randn(4, 64)
     two = trnsim.trace(model, (x,), instance="trn2.48xlarge", auto_cast="none", lnc=2)
     one = trnsim.trace(model, (x,), instance="trn2.48xlarge", auto_cast="none", lnc=1)
-    core0, core1 = two.physical_programs()
+    core0, core1 = two.programs()
     assert _barriers(core0) == 0 and not any(i.engine.name != "DMA" and i.flops()
                                               for i in core1.instructions)
     assert two.timing().total_ns == pytest.approx(one.timing().total_ns)
@@ -89,13 +89,13 @@ def test_a_saved_lnc2_model_loads_with_both_programs(mlp, tmp_path):
     _, x, compiled = mlp
     path = compiled[2].save(tmp_path / "mlp.trnsim")
     loaded = trnsim.load(path)
-    assert len(loaded.physical_programs()) == 2
+    assert len(loaded.programs()) == 2
     torch.testing.assert_close(loaded(x), compiled[2](x), rtol=0, atol=0)
 
 
 def test_lnc_splits_only_trainium2_and_newer():
     assert trnsim.trace(_Mlp().eval(), (torch.randn(2, 1024),),
-                        instance="inf2.xlarge").partner_source is None
+                        instance="inf2.xlarge").plan.physical == 1
 
 
 def test_each_tensor_parallel_rank_is_a_pair_of_cores_that_both_join_its_collectives():
@@ -104,7 +104,8 @@ def test_each_tensor_parallel_rank_is_a_pair_of_cores_that_both_join_its_collect
     x = torch.randn(2, 1024)
     ranks = {lnc: trnsim.trace(model, (x,), instance="trn2.48xlarge", tensor_parallel=2,
                                auto_cast="none", lnc=lnc) for lnc in (1, 2)}
-    pairs = ranks[2]._rank_physical_programs()
+    programs = ranks[2].programs()  # rank 0's two physical cores, then rank 1's
+    pairs = [programs[:2], programs[2:]]
     assert [len(p) for p in pairs] == [2, 2]
     collectives = [sum(type(i).__name__ == "CollectiveOp" for i in p.instructions)
                    for p in pairs[0]]

@@ -101,6 +101,10 @@ def test_corrupted_or_stale_artifacts_are_clear_errors(compiled, tmp_path):
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="format 0"):
         trnsim.load(path)
+    manifest["format"] = 1  # one program and its mode, before execution plans: recompile
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="format 1; this trnsim reads format 2"):
+        trnsim.load(path)
     with pytest.raises(ArtifactError, match="not a trnsim model"):
         trnsim.load(tmp_path / "nothing")
 
@@ -122,20 +126,21 @@ def test_warm_cache_reports_without_lowering_again(compiled):
     first = c.report()
     again = trnsim.trace(model, (x,), instance="inf2.xlarge")
     report = again.report()
-    assert not isinstance(again.program_source, Program)  # never lowered
+    assert not isinstance(again.plan.programs[0], Program)  # never lowered
     assert report.to_dict() == first.to_dict()
     assert isinstance(again.program, Program) and again.program.instructions
 
 
 def test_a_cached_report_is_not_read_after_the_simulator_changes(compiled, monkeypatch):
-    from trnsim.runtime import compile as compile_module
+    from trnsim.compiler import cache as compile_module
+    from trnsim.runtime.compile import report_cache_path
 
     c = compiled[2]
     c.report()
-    before = compile_module.report_cache_path(c, 2)
+    before = report_cache_path(c, 2)
     assert before.exists()
     monkeypatch.setitem(compile_module._CODE_DIGESTS, compile_module.REPORT_CODE, "edited")
-    assert compile_module.report_cache_path(c, 2) != before
+    assert report_cache_path(c, 2) != before
 
 
 def test_more_copies_than_visible_cores_fails_like_neuron(monkeypatch):
@@ -150,6 +155,6 @@ def test_neuron_cc_flags_are_honoured(monkeypatch, tmp_path):
     monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast none -O1")
     model = torch.nn.Linear(64, 64)
     c = trnsim.trace(model, (torch.randn(4, 64),))
-    assert c.options["auto_cast"] == "none" and c.options["optlevel"] == 1
+    assert c.options["auto_cast"] == "none" and c.meta["ignored_flags"] == ["-O1"]
     explicit = trnsim.trace(model, (torch.randn(4, 64),), auto_cast="matmult")
     assert explicit.options["auto_cast"] == "matmult"

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import trnsim  # noqa: E402
 from trnsim.compiler import options_from_env  # noqa: E402
 from trnsim.errors import UnsupportedError  # noqa: E402
-from trnsim.runtime.pipeline import weights_on_chip  # noqa: E402
+from trnsim.sim.execution_plan import weights_on_chip  # noqa: E402
 
 
 class Stack(torch.nn.Module):
@@ -33,7 +33,7 @@ def test_stages_give_the_models_results_and_time_one_after_another(model):
     net, inputs = model
     whole = trnsim.trace(net, inputs, instance="inf1.xlarge")
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=4)
-    assert len(staged.stages) == 4 and staged.options["cores"] == 4
+    assert len(staged.plan.stages()) == 4 and staged.options["cores"] == 4
     with torch.no_grad():
         want = net(*inputs)
     for got, ref, single in zip(staged(*inputs), want, whole(*inputs), strict=True):
@@ -53,7 +53,7 @@ def test_small_stages_cache_their_weights_and_stream_faster(model):
     net, inputs = model
     whole = trnsim.trace(net, inputs, instance="inf1.xlarge").report()
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=4)
-    assert all(weights_on_chip(s.program) for s in staged.stages)  # 128 KiB each
+    assert all(weights_on_chip(p) for p in staged.programs())  # 128 KiB each
     report = staged.report()
     assert report.hbm_read_bytes < whole.hbm_read_bytes  # weights come from on-chip memory
     assert report.throughput_per_s > whole.throughput_per_s / 4  # vs one copy on one core
@@ -66,19 +66,19 @@ def test_pipeline_mode_is_neuron_ccs_and_inf1s(model, monkeypatch):
     monkeypatch.setenv("NEURON_CC_FLAGS", "--neuroncore-pipeline-cores 2")
     assert options_from_env().pipeline_cores == 2
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge")
-    assert len(staged.stages) == 2
+    assert len(staged.plan.stages()) == 2
 
 
 def test_a_pipelined_model_saves_and_loads(model, tmp_path):
     net, inputs = model
     staged = trnsim.trace(net, inputs, instance="inf1.xlarge", pipeline_cores=3)
     loaded = trnsim.load(staged.save(tmp_path / "staged.trnsim"))
-    assert len(loaded.stages) == 3
-    assert [weights_on_chip(s.program) for s in loaded.stages] == \
-        [weights_on_chip(s.program) for s in staged.stages]
+    assert len(loaded.plan.stages()) == 3
+    assert [weights_on_chip(p) for p in loaded.programs()] == \
+        [weights_on_chip(p) for p in staged.programs()]
     for got, want in zip(loaded(*inputs), staged(*inputs), strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert loaded.report().latency_ms == pytest.approx(staged.report().latency_ms)
-    (tmp_path / "staged.trnsim" / "stage2" / "program.json").write_text("{}")
+    (tmp_path / "staged.trnsim" / "program.p2.json").write_text("{}")
     with pytest.raises(trnsim.runtime.ArtifactError, match="checksum"):
         trnsim.load(tmp_path / "staged.trnsim")

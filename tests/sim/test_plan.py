@@ -4,10 +4,10 @@ import copy
 
 import numpy as np
 
+from tests.sim.synthetic import tiled_matmul
 from trnsim.isa import DmaCopy
 from trnsim.sim import simulate, simulate_cores
 from trnsim.sim.plan import Planner
-from trnsim.sim.synthetic import tiled_matmul
 
 
 def _timeline(result):

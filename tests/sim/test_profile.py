@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
+from tests.sim.synthetic import tiled_matmul
 from trnsim import hardware
 from trnsim.sim import simulate
 from trnsim.sim.profile import union_length
-from trnsim.sim.synthetic import tiled_matmul
 
 
 @pytest.fixture(scope="module")

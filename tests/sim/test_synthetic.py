@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tests.sim.helpers import rng_array
+from tests.sim.synthetic import scalesim_ws_cycles, tiled_matmul, weight_stationary_gemm
 from trnsim import hardware
 from trnsim.sim import simulate
-from trnsim.sim.synthetic import scalesim_ws_cycles, tiled_matmul, weight_stationary_gemm
 
 SHAPES = [(128, 128, 128), (512, 512, 512), (1024, 256, 384), (100, 200, 300), (2048, 1024, 256),
           (32, 128, 128)]

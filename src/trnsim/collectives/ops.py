@@ -71,15 +71,6 @@ def input_count(op: str, n: int, ranks: int, rank: int) -> int:
     return int(segment_sizes(n, ranks)[rank]) if op == "all_gather" else int(n)
 
 
-def output_count(op: str, n: int, ranks: int, rank: int) -> int:
-    seg = int(segment_sizes(n, ranks)[rank])
-    if op == "reduce_scatter":
-        return seg
-    if op == "all_to_all":
-        return ranks * seg
-    return int(n)
-
-
 def default_pairs(ranks: int) -> tuple[tuple[int, int], ...]:
     """Each rank sends to the next one around the rank ring (Neuron's circular permute)."""
     return tuple((i, (i + 1) % ranks) for i in range(ranks)) if ranks > 1 else ()

@@ -1,5 +1,7 @@
-"""The compiler: PyTorch model -> torch.export -> graph IR -> passes -> kernel-level graph.
+"""The compiler: PyTorch model -> torch.export -> graph IR -> passes -> Programs -> ExecutionPlan.
 
+    plan = compile(model, example_inputs, CompileOptions())  # the one entry point
+    plan = compile_graph(graph, CompileOptions())   # the same from a captured graph (training)
     graph = capture(model, example_inputs)          # trnsim.compiler.capture
     kernels = run_pipeline(graph, CompileOptions())  # trnsim.compiler.passes.PIPELINE
     report = analyze(model, example_inputs)          # torch_neuronx.analyze's dict
@@ -14,6 +16,7 @@ from trnsim.compiler import aten_training as _aten_training  # noqa: F401 (regis
 from trnsim.compiler.analyze import analyze
 from trnsim.compiler.aten import supported_ops
 from trnsim.compiler.capture import capture
+from trnsim.compiler.compile import compile, compile_graph
 from trnsim.compiler.errors import (
     CaptureError,
     InputShapeError,
@@ -47,6 +50,8 @@ __all__ = [
     "analyze",
     "capture",
     "check_inputs",
+    "compile",
+    "compile_graph",
     "evaluate",
     "options_from_env",
     "parse_cc_flags",

@@ -7,8 +7,8 @@ simulated results of a compiled model are checked against it.
 Arithmetic: floating values compute in float32 (as the Vector and Scalar engines do) and are
 stored in the node's dtype with RNE (`trnsim.numerics.cast`); integers compute in int64 and are
 stored as the node's (32-bit) type. A float -> int ``cast`` truncates toward zero, as PyTorch's
-``.to(int)`` does: the IR means what the model meant. Kernel-level (``k.*``) operators are
-defined in `trnsim.compiler.interpret_kernels`.
+``.to(int)`` does: the IR means what the model meant. Kernel-level (``k.*``) operators'
+references are their records' in `trnsim.compiler.kernel_ops`.
 """
 
 from __future__ import annotations
@@ -74,15 +74,6 @@ def _collective(node: Node, values: list[np.ndarray]) -> np.ndarray:
     return store(total, node.dtype)
 
 
-def _one_rank_collective(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
-    raise InvalidArgumentError(f"{node!r} = k.collective combines the values of "
-                               f"{node.attrs['degree']} ranks; evaluate() runs them all when the "
-                               f"graph says graph.meta['tensor_parallel']")
-
-
-EVAL["k.collective"] = _one_rank_collective
-
-
 def _as_numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):
         from trnsim.compiler.capture import tensor_to_numpy
@@ -112,10 +103,6 @@ def compute(x: np.ndarray, as_float: bool) -> np.ndarray:
 def _floatish(arrays: Sequence[np.ndarray]) -> bool:
     return any(a.dtype.kind == "f" or a.dtype.name in ("bfloat16",) or a.dtype.kind == "V"
                for a in arrays)
-
-
-def _is_float_storage(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or "float" in a.dtype.name
 
 
 # --- elementwise: one table shared with fused programs (trnsim.compiler.fused.Step) -----------
@@ -507,4 +494,11 @@ def _slice(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     return args[0][tuple(key)]
 
 
-from trnsim.compiler import interpret_kernels as _kernels  # noqa: E402, F401  (registers k.*)
+def _register_kernel_ops() -> None:
+    """The kernel-level operators' reference semantics (`trnsim.compiler.kernel_ops`)."""
+    from trnsim.compiler.kernel_ops import KERNEL_OPS
+
+    EVAL.update({op.name: op.reference for op in KERNEL_OPS.values()})
+
+
+_register_kernel_ops()

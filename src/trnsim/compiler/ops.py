@@ -535,9 +535,12 @@ register("concat", "compute", _concat, ("axis",))
 register("pad", "compute", _pad, ("pads", "value"), "constant padding")
 
 
-def is_view(node: Node) -> bool:
-    return node.op in VIEWS
+def _register_kernel_ops() -> None:
+    """The kernel-level operators' shape rules (`trnsim.compiler.kernel_ops`)."""
+    from trnsim.compiler.kernel_ops import KERNEL_OPS
+
+    for op in KERNEL_OPS.values():
+        register(op.name, "kernel", op.shape, op.attrs, op.doc)
 
 
-# Kernel-level operators register themselves here (imported last: it needs `register`).
-from trnsim.compiler import fused as _fused  # noqa: E402, F401
+_register_kernel_ops()

@@ -9,14 +9,16 @@ neuron-cc's ``--fast-math all`` (every fp32 operator cast to bf16) on Inferentia
 (release-notes/components/pytorch.rst, 09/15/2023); neuronx-cc's own default, ``generic``, does
 not fuse attention (`MODEL_TYPES`). Flags trnsim does not model are listed in
 `CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
-of a flag trnsim does model is an error.
+of a flag trnsim does model is an error. Optimisation levels (``-O1``/``-O2``/``-O3``,
+``--optlevel N``, ``trace(optlevel=N)``) are checked and listed there too: trnsim's compiler has
+one pass pipeline (`trnsim.compiler.passes.PIPELINE`), so no level changes what it produces.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from trnsim.errors import InvalidArgumentError
@@ -46,11 +48,10 @@ _KNOWN_IGNORED = ("--distribution-strategy", "--enable-mixed-precision-accumulat
 class CompileOptions:
     """Everything that changes what the compiler produces (part of the compile-cache key)."""
 
-    instance: str = "inf2.xlarge"
+    instance: str = "inf2.xlarge"  # a name, or an InstanceSpec (the name is kept, the spec travels)
     cores: int = 1
     auto_cast: str | None = None  # None: the instance's compiler's default (`default_auto_cast`)
     auto_cast_type: str = "bf16"
-    optlevel: int = 2
     model_type: str = DEFAULT_MODEL_TYPE
     lnc: int | None = None
     # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
@@ -60,10 +61,19 @@ class CompileOptions:
     pipeline_cores: int | None = None
     dump_after: tuple[str, ...] = ()
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
+    # the resolved `hardware.InstanceSpec` of `instance`: looked up once, read by every pass
+    spec: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.instance, str):  # given an InstanceSpec
+            object.__setattr__(self, "spec", self.instance)
+            object.__setattr__(self, "instance", self.instance.name)
+        elif self.spec is None or self.spec.name != self.instance:
+            from trnsim.hardware import instance as lookup
+
+            object.__setattr__(self, "spec", lookup(self.instance))
         if self.auto_cast is None:
-            object.__setattr__(self, "auto_cast", default_auto_cast(self.instance))
+            object.__setattr__(self, "auto_cast", default_auto_cast(self.spec))
         if self.auto_cast not in AUTO_CAST_MODES:
             raise InvalidArgumentError(f"auto_cast={self.auto_cast!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_MODES)}")
@@ -73,8 +83,6 @@ class CompileOptions:
         if self.model_type not in MODEL_TYPES:
             raise InvalidArgumentError(f"model_type={self.model_type!r}: expected one of "
                                        f"{', '.join(MODEL_TYPES)}")
-        if self.optlevel not in OPT_LEVELS:
-            raise InvalidArgumentError(f"optlevel={self.optlevel!r}: expected 1, 2 or 3")
         if not isinstance(self.cores, int) or self.cores < 1:
             raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
         if self.lnc not in (None, 1, 2):
@@ -100,23 +108,17 @@ class CompileOptions:
     def key(self) -> dict[str, Any]:
         """The fields that change the compiled result (for cache keys and reports)."""
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
-                "auto_cast_type": self.auto_cast_type, "optlevel": self.optlevel, "lnc": self.lnc,
+                "auto_cast_type": self.auto_cast_type, "lnc": self.lnc,
                 "model_type": self.model_type,
                 "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
 
 
-def default_auto_cast(instance: str) -> str:
-    """What the instance's compiler casts when not told: torch-neuron's neuron-cc (Inferentia,
-    NeuronCore-v1) defaults to ``--fast-math all``, "cast all FP32 operators to BF16"
-    (compiler/neuron-cc/command-line-reference); neuronx-cc as torch-neuronx runs it casts
-    the matmuls (``--auto-cast matmult``)."""
-    from trnsim.hardware import instance as lookup
-
-    try:
-        version = lookup(instance).chip.core.version
-    except Exception:  # an unknown instance is reported where it is looked up, not here
-        return "matmult"
-    return "all" if version == 1 else "matmult"
+def default_auto_cast(spec) -> str:
+    """What the instance's compiler casts when not told (`spec`: an InstanceSpec): torch-neuron's
+    neuron-cc (Inferentia, NeuronCore-v1) defaults to ``--fast-math all``, "cast all FP32
+    operators to BF16" (compiler/neuron-cc/command-line-reference); neuronx-cc as torch-neuronx
+    runs it casts the matmuls (``--auto-cast matmult``)."""
+    return "all" if spec.chip.core.version == 1 else "matmult"
 
 
 # neuron-cc's casting values (--fast-math takes several, e.g. "fp32-cast-matmult no-fast-relayout";
@@ -136,9 +138,10 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
     """Parse a NEURON_CC_FLAGS string into CompileOptions fields (only the flags trnsim models).
 
     Accepts ``--auto-cast X`` and ``--auto-cast=X``, ``--auto-cast-type X``, ``-O1``/``-O 2``/
-    ``--optlevel 3``/``--optlevel=3``, ``-lnc 2``/``--lnc=2``/``--logical-nc-config 2``,
-    and neuron-cc's (Inferentia) ``--neuroncore-pipeline-cores N``, ``--fast-math V [V...]`` and
-    ``--fp32-cast V`` (--fp32-cast wins over --fast-math, as in neuron-cc). Returns
+    ``--optlevel 3``/``--optlevel=3`` (checked, then ignored: see the module doc), ``-lnc 2``/
+    ``--lnc=2``/``--logical-nc-config 2``, and neuron-cc's (Inferentia)
+    ``--neuroncore-pipeline-cores N``, ``--fast-math V [V...]`` and ``--fp32-cast V``
+    (--fp32-cast wins over --fast-math, as in neuron-cc). Returns
     the recognised fields plus ``ignored_flags`` (a tuple of the flags that have no effect here).
     """
     try:
@@ -152,8 +155,9 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
     while i < len(tokens):
         token = tokens[i]
         flag, eq, inline = token.partition("=")
-        if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3
-            fields["optlevel"] = _optlevel(flag[2:], token)
+        if flag.startswith("-O") and len(flag) > 2 and not eq:  # -O1 / -O2 / -O3: checked, no effect
+            _optlevel(flag[2:], token)
+            ignored.append(token)
             i += 1
             continue
         if flag == "--fast-math":
@@ -186,7 +190,8 @@ def parse_cc_flags(text: str) -> dict[str, Any]:
         elif name == "auto_cast_type":
             fields[name] = _choice(value, tuple(AUTO_CAST_TYPES), flag)
         elif name == "optlevel":
-            fields[name] = _optlevel(value, f"{flag} {value}")
+            _optlevel(value, f"{flag} {value}")
+            ignored.append(f"{flag} {value}" if not eq else token)
         elif name == "model_type":
             fields[name] = _choice(value, MODEL_TYPES, flag)
         elif name == "lnc":
@@ -264,6 +269,10 @@ def options_from_env(env: dict[str, str] | None = None, **explicit: Any) -> Comp
     """CompileOptions from NEURON_CC_FLAGS, overridden by explicit (non-None) keyword arguments."""
     env = os.environ if env is None else env
     fields = parse_cc_flags(env.get(FLAGS_ENV, ""))
+    optlevel = explicit.pop("optlevel", None)
+    if optlevel is not None:  # torch_neuronx's keyword: checked, no effect (module doc)
+        _optlevel(str(optlevel), f"optlevel={optlevel!r}")
+        fields["ignored_flags"] = (*fields["ignored_flags"], f"optlevel={optlevel}")
     unknown = set(explicit) - set(CompileOptions.__dataclass_fields__)
     if unknown:
         raise InvalidArgumentError(f"unknown compile option(s): {', '.join(sorted(unknown))}")
@@ -271,7 +280,3 @@ def options_from_env(env: dict[str, str] | None = None, **explicit: Any) -> Comp
     if "dump_after" in fields and isinstance(fields["dump_after"], str):
         fields["dump_after"] = (fields["dump_after"],)
     return CompileOptions(**fields)
-
-
-def with_overrides(options: CompileOptions, **changes: Any) -> CompileOptions:
-    return replace(options, **changes)

@@ -1,7 +1,9 @@
 """The NeuronCore instruction set: access patterns, instructions, programs.
 
 Each opcode is one frozen dataclass declaring its operands, legality check, numpy semantics and
-cost side by side (see `trnsim.isa.instruction`). The functional interpreter in `trnsim.sim` is
+cost side by side (see `trnsim.isa.instruction`); defining the class registers it in `OPCODES`
+(serialisation, profiles). Adding an instruction: its class in one module of this package (a
+new module is imported below, its names exported). The functional interpreter in `trnsim.sim` is
 the executable definition of this ISA; timing is a separate consumer of the same instructions.
 """
 
@@ -25,6 +27,7 @@ from trnsim.isa.gpsimd_engine import AffineSelect, Iota, LocalGather, Random, Te
 from trnsim.isa.gpsimd_more import NGather, NonzeroWithCount, SequenceBounds, TopK
 from trnsim.isa.instruction import (
     ENGINE_MEMORIES,
+    OPCODES,
     Cost,
     Engine,
     ExecutionState,
@@ -71,19 +74,6 @@ from trnsim.isa.vector_reduce import (
     TensorReduce,
     VectorTranspose,
 )
-
-OPCODES: dict[str, type[Instruction]] = {cls.OPCODE: cls for cls in (
-    LoadStationary, MultiplyMoving, TensorTranspose, Activation, TensorTensor, TensorScalar,
-    ScalarTensorTensor, TensorCopy, TensorCopyPredicated, Memset, Reciprocal, Dropout,
-    TensorTensorScan, TensorReduce, BnStats, BnAggr, Max8, FindIndex8, MatchReplace8, SelectReduce,
-    RangeSelect, VectorTranspose, StreamShuffle, TensorPartitionReduce, Iota, AffineSelect,
-    LocalGather, Random, DmaCopy, DmaTranspose, DevicePrint,
-    # current NKI (0.3+): more vector/scalar/gpsimd/DMA work, MX, sequencer and cross-core sync
-    TensorScalarCumulative, Exponential, RandomBits, RandomRange, RngSeed, RngState, Activate2,
-    NGather, SequenceBounds, NonzeroWithCount, TopK, DmaCompute, DmaIndirect, LoadStationaryMx,
-    MultiplyMovingMx, QuantizeMx, RegisterMove, RegisterAlu, RegisterLoad, RegisterStore, Branch,
-    Jump, RegisterAddressed, CoreBarrier, SendRecv, CollectiveOp,
-)}
 
 __all__ = [
     "ACTIVATIONS",

@@ -109,12 +109,22 @@ def cycles_to_ns(cycles: float, clock_hz: float) -> float:
     return cycles * 1e9 / clock_hz
 
 
+# Every opcode, by name: a class that declares OPCODE registers itself when it is defined, so
+# an instruction is added by writing its class in one module (imported by `trnsim.isa`).
+OPCODES: dict[str, type[Instruction]] = {}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Instruction:
     """Base of every opcode. Subclasses set OPCODE and ENGINES (the first is the default)."""
 
     OPCODE: ClassVar[str] = ""
     ENGINES: ClassVar[tuple[Engine, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("OPCODE"):
+            OPCODES[cls.OPCODE] = cls
 
     engine: Engine | None = None
     source: str | None = None  # the user's file:line, attached by front ends

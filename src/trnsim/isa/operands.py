@@ -48,5 +48,3 @@ def same_elements(instruction, a: AccessPattern, b: AccessPattern, what: str) ->
             f"partition count and elements per partition must match)"))
 
 
-def free_axes(ndim: int) -> tuple[int, ...]:
-    return tuple(range(1, ndim))

@@ -100,7 +100,7 @@ def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile 
         raise InvalidArgumentError(f"attention mask_kind {mask_kind!r} with mask "
                                    f"{'given' if mask is not None else 'missing'}")
     if d > P:
-        raise UnsupportedError(f"attention with head dim {d} > 128 (scores would need several "
+        raise UnsupportedError(f"attention with head dim {d} > {P} (scores would need several "
                                f"contraction tiles) is not implemented")
     with kernel_scope("attention"):
         heads = batch[-1] if batch else 1

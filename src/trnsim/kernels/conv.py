@@ -39,7 +39,6 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 BAND_BYTES = 48 * 1024  # SBUF bytes per partition for one padded input band
-WEIGHT_BYTES = 96 * 1024  # resident transposed weights per partition
 
 
 def conv2d(out: Tile, x: Tile, w: Tile, *, bias: Tile | None = None, extras: Sequence[Tile] = (),
@@ -77,7 +76,7 @@ class _Geometry:
         self.span = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True))
         self.width = max(w + 2 * padding[1], (ow - 1) * stride[1] + self.span[1])
         if ow > BANK_FP32:
-            raise UnsupportedError(f"conv2d output rows of {ow} > 512 columns are not tiled yet")
+            raise UnsupportedError(f"conv2d output rows of {ow} > {BANK_FP32} columns are not tiled yet")
 
     def bands(self, bytes_per_row: int, rows_per_block: int) -> list[tuple[int, int]]:
         """Output row bands: each a whole number of PSUM blocks, its input band within budget."""

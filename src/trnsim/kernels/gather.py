@@ -24,6 +24,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa import AccessPattern, DmaIndirect, Memory, NGather
+from trnsim.isa.access import MAX_FREE_SIZE  # an access pattern dimension's size is a uint16
 from trnsim.kernels.layout import (
     P,
     ceil_div,
@@ -40,7 +41,6 @@ from trnsim.nki.tile import Tile
 from trnsim.nki.trace import current_trace
 
 KINDS = ("embedding", "gather", "index", "index_select")
-MAX_FREE_SIZE = 65535  # an access pattern dimension's size is a uint16
 
 
 def gather(out: Tile, table: Tile, *indices: Tile, kind: str, axis: int = 0,

@@ -30,6 +30,7 @@ from math import prod
 
 import numpy as np
 
+from trnsim import hardware
 from trnsim.errors import InvalidArgumentError
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
@@ -37,20 +38,25 @@ from trnsim.nki.tile import Tile
 from trnsim.nki.trace import current_trace, user_location
 from trnsim.numerics import dtype as as_dtype
 
-P = 128  # partitions; TensorE contraction tile and stationary free size
-BANK_FP32 = 512  # fp32 elements per partition in one PSUM bank (2 KiB); TensorE moving limit
+# The library is tiled for the limits of NeuronCore-v2, which every core it runs on allows
+# (NeuronCore-v1 runs it on its own figures; v3 and v4 allow more), read from that core's spec.
+TILED_FOR = hardware.core("v2")
+P = TILED_FOR.partitions  # partitions; TensorE contraction tile and stationary free size
+# fp32 elements per partition in one PSUM bank (2 KiB); TensorE moving limit
+BANK_FP32 = TILED_FOR.psum_bank_bytes_per_partition // 4
+BN_CHUNK = TILED_FOR.bn_stats_max_free  # elements one BnStats instruction takes per partition
 # SBUF bytes per partition a kernel leaves outside its operand buffers, for staging, evictions
 # and the next kernel's prefetch; operands get the rest (128 KiB of NeuronCore-v2's 176 usable).
 KERNEL_HEADROOM_BYTES = 48 * 1024
 # A broadcast bias row is staged through SBUF this many fp32 columns (16 KiB) at a time.
 ROW_STAGE_COLUMNS = 4096
 # A DMA moves one descriptor per contiguous run; runs of at least this many bytes per partition
-# keep the engines above ~90% of their rate (hardware.md section 6, fact 7).
-EFFICIENT_RUN_BYTES = 4096
+# keep the engines above ~90% of their rate (hardware.md section 6, fact 7: they saturate there).
+EFFICIENT_RUN_BYTES = TILED_FOR.dma.saturating_bytes_per_partition
 # Bytes per partition one DMA of a streamed operand moves: big enough to amortise the ~1.3 us
-# start latency (it overlaps the previous transfer on the queue), small enough that TensorE can
-# start on the first piece while the rest is in flight.
-DMA_PIECE_BYTES = 4096
+# start latency (it overlaps the previous transfer on the queue; from this size DMA saturates),
+# small enough that TensorE can start on the first piece while the rest is in flight.
+DMA_PIECE_BYTES = TILED_FOR.dma.saturating_bytes_per_partition
 
 _scope_ids = itertools.count(1 << 30)
 

@@ -27,8 +27,6 @@ class NeedsKMajor(UnsupportedError):
     """The plan cannot (or should not) stream a row-major operand: store it K-major first."""
 
 
-STAGES = 3  # staging buffers of a streamed row-major operand by default (fetch-ahead 2)
-
 MAX_BLOCK = 2048  # widest streamed block: 2048 bf16 columns = 4 KiB per descriptor
 RESIDENT_SHARE = 5 / 8  # of the operand budget, what a resident operand may take (80 of 128 KiB)
 # PSUM banks all accumulators of a k-streamed block may take (the ring alternates two such sets)

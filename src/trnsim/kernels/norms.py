@@ -22,6 +22,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.kernels.layout import (
+    BN_CHUNK,
     Evictor,
     P,
     broadcast_row,
@@ -39,7 +40,6 @@ from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
-BN_CHUNK = 512  # bn_stats free-size limit
 ONE_PASS_BYTES = 16 * 1024  # fp32 bytes per partition of one row tile kept on chip
 CHUNK = 2048  # columns per chunk in the two-pass path
 

@@ -26,15 +26,6 @@ BAND_BYTES = 48 * 1024  # fp32 bytes per partition of one padded input band
 NEG = -3.0e38
 
 
-def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
-    span = (k - 1) * d + 1
-    total = size + 2 * p - span
-    out = (-(-total // s) if ceil_mode else total // s) + 1
-    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
-        out -= 1
-    return out
-
-
 def pool2d(out: Tile, x: Tile, *, kind: str, kernel: Sequence[int] = (1, 1),
            stride: Sequence[int] | None = None, padding: Sequence[int] = (0, 0),
            dilation: Sequence[int] = (1, 1), ceil_mode: bool = False,

@@ -28,6 +28,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.kernels.layout import (
+    BN_CHUNK,
     Evictor,
     P,
     broadcast_to_shape,
@@ -48,7 +49,6 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 CHUNK = 4096  # columns of one SBUF block
-BN_CHUNK = 512
 OPS = ("sum", "mean", "amax", "amin", "prod", "any", "all", "argmax", "argmin", "var")
 _ALU = {"sum": np.add, "mean": np.add, "amax": np.max, "amin": np.min, "prod": np.multiply,
         "any": np.max, "all": np.min}
@@ -61,19 +61,6 @@ def _moved_last(x: Tile, axes: Sequence[int]) -> tuple[Tile, int]:
     order = kept + list(axes)
     strides = hbm_strides(x)
     return hbm_view(x, [x.shape[i] for i in order], [strides[i] for i in order]), len(kept)
-
-
-def _as_rows(view: Tile, kept: int) -> Tile:
-    """[rows, cols] of a kept-first view (a size-1 row axis when nothing is kept)."""
-    if kept == 0:
-        flat = merged(view, 0)
-        if flat is not None:
-            return flat
-    two = merged(view, kept)
-    if two is None:
-        raise InvalidArgumentError(f"view {list(view.shape)} (strides {hbm_strides(view)}) cannot "
-                                   f"be read as [rows, columns]")
-    return two
 
 
 def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bool = False,

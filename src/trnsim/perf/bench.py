@@ -136,7 +136,7 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
         model, inputs = entry.decode_inputs(model, batch, seq)
     else:
         inputs = entry.inputs(batch, seq)
-    compiled = trace(model, (), kwargs=inputs, instance=spec.name, auto_cast=auto_cast,
+    compiled = trace(model, (), kwargs=inputs, instance=spec, auto_cast=auto_cast,
                      auto_cast_type=auto_cast_type,
                      lnc=lnc if lnc in spec.chip.lnc_options else None,
                      tensor_parallel=tensor_parallel if tensor_parallel > 1 else None,

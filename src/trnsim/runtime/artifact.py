@@ -1,10 +1,11 @@
 """Saving and loading compiled models: a directory of JSON + safetensors, versioned, no pickle.
 
     model.trnsim/
-      manifest.json     format version, trnsim version, options, input/output structure, names
-      program.json      the instruction program (trnsim.isa.serialize)
-      program.core1.json  under LNC=2, the second physical core's program (same constants)
-      constants.safetensors  weights and other constant tensors, raw bytes by name
+      manifest.json     format version, trnsim version, options, input/output structure, the
+                        execution plan (programs, cores, shared tensors, fabric), constant specs
+      program.json      the plan's first instruction program (trnsim.isa.serialize)
+      program.p1.json   the plan's other programs (LNC=2's second core, pipeline stages, ...)
+      constants.safetensors  weights and other constant tensors, raw bytes by key
       report.json       the timing summary computed at compile time (optional)
 
 Loading needs neither the model's Python code nor torch (unless outputs are converted back to
@@ -68,11 +69,9 @@ def rank_key(name: str, rank: int) -> str:
 
 def write(directory: str | Path, manifest: dict, program_data: dict,
           constants: dict[str, np.ndarray], report: dict | None = None,
-          more_programs: dict[str, dict] | None = None,
-          stage_manifests: list[str] | None = None) -> Path:
-    """`more_programs`: programs beside the main one that use its constants, by name
-    (``program.<name>.json``); `stage_manifests`: members such as ``stage1/manifest.json``
-    written before this one, which this manifest's checksum then covers."""
+          more_programs: dict[str, dict] | None = None) -> Path:
+    """`more_programs`: programs beside the first one, sharing its constants file, by name
+    (``program.<name>.json``)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     contents = {"program.json": json.dumps(program_data).encode(),
@@ -84,8 +83,6 @@ def write(directory: str | Path, manifest: dict, program_data: dict,
     for name, data in contents.items():
         (root / name).write_bytes(data)
     files = {name: _digest(data) for name, data in contents.items()}
-    for name in stage_manifests or ():
-        files[name] = _digest((root / name).read_bytes())
     from trnsim import __version__
 
     full = {"format": ARTIFACT_FORMAT, "trnsim_version": __version__, **manifest, "files": files}
@@ -98,17 +95,13 @@ class Artifact:
     """One artifact directory, its manifest checked and its files read on demand, each once,
     each compared with its digest."""
 
-    def __init__(self, directory: str | Path, *, stage: bool = False,
-                 manifest_bytes: bytes | None = None) -> None:
-        """`manifest_bytes`: the manifest already read (a stage's, checked by its parent)."""
+    def __init__(self, directory: str | Path) -> None:
         self.root = Path(directory)
         if not self.root.is_dir():
             raise ArtifactError(f"{self.root} is not a trnsim model (no such directory)")
-        data = manifest_bytes
-        if data is None:
-            if not (self.root / "manifest.json").exists():
-                raise ArtifactError(f"{self.root} is not a trnsim model (no manifest.json)")
-            data = read_member(self.root, "manifest.json", schema.MAX_MANIFEST_BYTES)
+        if not (self.root / "manifest.json").exists():
+            raise ArtifactError(f"{self.root} is not a trnsim model (no manifest.json)")
+        data = read_member(self.root, "manifest.json", schema.MAX_MANIFEST_BYTES)
         self.manifest_file = f"{self.root}/manifest.json"
         manifest = parse_json(data, self.manifest_file)
         schema.check_format(manifest, self.manifest_file)
@@ -116,7 +109,7 @@ class Artifact:
                 manifest["checksum"] != manifest_checksum(manifest):
             raise ArtifactError(f"{self.manifest_file} does not match its checksum (a missing "
                                 f"'checksum' or 'files' field, or an edited manifest, is refused)")
-        self.manifest = schema.check_manifest(manifest, self.manifest_file, stage=stage)
+        self.manifest = schema.check_manifest(manifest, self.manifest_file)
         self._programs: dict[str, dict] = {}
 
     def member(self, name: str, limit: int) -> bytes:
@@ -159,17 +152,12 @@ class Artifact:
         return program
 
     def constants(self) -> dict[str, np.ndarray]:
-        """The constant tensors the programs of the artifact name (and, for a tensor-parallel
-        model, every rank's chunk of the sharded ones), each checked against its declaration."""
-        data = self.program_data()
-        specs = {t["name"]: t for t in data["tensors"] if t["kind"] == "constant"}
-        ranks = self.manifest.get("tensor_parallel", 1)
-        for name in self.manifest.get("sharded", []):
-            if name in specs:
-                for rank in range(1, ranks):
-                    specs[rank_key(name, rank)] = specs[name]
+        """Every constant tensor the manifest declares (by key: a program's constant, another
+        program's constant of the same name ``name@p<i>``, a rank's chunk ``name@rank<r>``),
+        each checked against its declared dtype and shape."""
         raw = self.member("constants.safetensors", schema.MAX_CONSTANTS_BYTES)
-        return load_constants(raw, specs, f"{self.root}/constants.safetensors")
+        return load_constants(raw, self.manifest["constants"],
+                              f"{self.root}/constants.safetensors")
 
     def report(self) -> dict | None:
         if "report.json" not in self.manifest["files"]:
@@ -244,8 +232,7 @@ def safetensors_header(raw: bytes, file: str) -> dict:
     return header
 
 
-def read(directory: str | Path, *, stage: bool = False
-         ) -> tuple[dict, dict, dict[str, np.ndarray], dict | None]:
-    """(manifest, program data, constants, report) of a checked artifact (compatibility)."""
-    artifact = Artifact(directory, stage=stage)
+def read(directory: str | Path) -> tuple[dict, dict, dict[str, np.ndarray], dict | None]:
+    """(manifest, first program's data, constants, report) of a checked artifact."""
+    artifact = Artifact(directory)
     return artifact.manifest, artifact.program_data(), artifact.constants(), artifact.report()

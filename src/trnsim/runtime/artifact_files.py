@@ -20,9 +20,8 @@ from trnsim.errors import TrnsimError
 
 # Member names a manifest may list: the programs, the constants, the timing report, and the
 # manifests of pipeline stages saved beside the first (``stage<i>/``). Nothing else is read.
-MEMBER_NAME = re.compile(r"(stage[1-9][0-9]{0,2}/)?"
-                         r"(manifest\.json|program(\.[a-z0-9_]{1,32})?\.json|"
-                         r"constants\.safetensors|report\.json)")
+MEMBER_NAME = re.compile(r"manifest\.json|program(\.p[1-9][0-9]{0,5})?\.json|"
+                         r"constants\.safetensors|report\.json")
 MAX_JSON_DEPTH = 64  # manifests and programs nest a few levels; deeper is not ours
 
 

@@ -17,8 +17,10 @@ from trnsim.compiler.options import MODEL_TYPES
 from trnsim.errors import TrnsimError
 from trnsim.runtime.artifact_files import MEMBER_NAME, ArtifactError
 
-# Format 2 added the whole-artifact checksum, the schema below and the structure type table.
-ARTIFACT_FORMAT = 2
+# Format 2 added the whole-artifact checksum, the schema below and the structure type table;
+# format 3 stores one ExecutionPlan (programs, cores, shared tensors, fabric) and the constants'
+# specs, in place of format 2's modes (tensor_parallel, stages, lnc_shared).
+ARTIFACT_FORMAT = 3
 
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_PROGRAM_BYTES = 1 << 30
@@ -27,6 +29,9 @@ MAX_CONSTANTS_BYTES = 1 << 40  # bounded by the file's own size too (read after 
 MAX_SAFETENSORS_HEADER_BYTES = 16 << 20
 MAX_TENSOR_PARALLEL = 1024  # ranks of one model copy (a 64-chip UltraServer has 512 cores)
 MAX_STAGES = 64  # neuron-cc pipelines span the cores of one inf1 instance (at most 64)
+MAX_PROGRAMS = 1024  # distinct programs of one plan (per stage, per LNC core)
+MAX_NODES = 1 << 17  # instances a plan's fabric spans (an UltraCluster: 100,000 chips)
+MAX_CONSTANTS = 1 << 20  # constant keys (every rank's chunk of every sharded weight)
 MAX_CORE_INDEX = 1 << 16
 MAX_LIST = 1 << 20  # inputs, outputs, kernels, names ... of one model
 MAX_TENSORS = 1 << 20
@@ -130,7 +135,10 @@ def _show(value: Any) -> str:
 # --- manifest -----------------------------------------------------------------------------------
 COMMON_FIELDS = {"format", "trnsim_version", "files", "checksum", "name"}
 MODEL_FIELDS = {"instance", "options", "inputs", "outputs", "input_structure", "output_structure",
-                "kernels", "placement", "tensor_parallel", "sharded", "stages", "lnc_shared"}
+                "kernels", "placement", "plan", "constants", "sharded", "shards"}
+PLAN_FIELDS = {"programs", "cores", "shared", "lnc", "fabric"}
+CORE_FIELDS = {"program", "slot", "shard", "stage", "inputs", "outputs"}
+SLOT_FIELDS = ("chip", "group", "rank", "lnc_index")
 OPTION_FIELDS: dict[str, Callable[[Any, str, str], Any]] = {
     "instance": lambda v, f, k: text(v, f, k),
     "cores": lambda v, f, k: integer(v, f, k, 1, MAX_CORE_INDEX),
@@ -152,13 +160,13 @@ def check_format(manifest: Any, file: str) -> None:
     if version != ARTIFACT_FORMAT:
         raise ArtifactError(f"{file} has artifact format {version!r}; this trnsim reads format "
                             f"{ARTIFACT_FORMAT} only (format 1 carries no whole-artifact "
-                            f"checksum): recompile the model")
+                            f"checksum, format 2 no execution plan): recompile the model")
 
 
-def check_manifest(manifest: Any, file: str, *, stage: bool = False) -> dict:
-    """Every field of a model manifest (or, `stage`, a pipeline stage's) against the schema."""
+def check_manifest(manifest: Any, file: str) -> dict:
+    """Every field of a model manifest against the schema."""
     check_format(manifest, file)
-    record(manifest, file, "manifest", COMMON_FIELDS | (set() if stage else MODEL_FIELDS))
+    record(manifest, file, "manifest", COMMON_FIELDS | MODEL_FIELDS)
     text(manifest["trnsim_version"], file, "trnsim_version")
     text(manifest["name"], file, "name")
     if not isinstance(manifest["checksum"], str) or not DIGEST.fullmatch(manifest["checksum"]):
@@ -169,15 +177,15 @@ def check_manifest(manifest: Any, file: str, *, stage: bool = False) -> dict:
     for name in ("program.json", "constants.safetensors"):
         if name not in files:
             raise fail(file, f"files.{name}", "is missing (every file carries a checksum)")
-    if len(files) > 4 + MAX_STAGES:
-        raise fail(file, "files", f"lists {len(files)} files, over the limit of {4 + MAX_STAGES}")
+    if len(files) > 2 + MAX_PROGRAMS:
+        raise fail(file, "files", f"lists {len(files)} files, over the limit of "
+                                  f"{2 + MAX_PROGRAMS}")
     for name, digest in files.items():
-        if not MEMBER_NAME.fullmatch(name) or (stage and "/" in name):
+        if not MEMBER_NAME.fullmatch(name) or name == "manifest.json":
             raise fail(file, f"files.{name}", "is not a file a trnsim artifact holds")
         if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise fail(file, f"files.{name}", "must be a sha256 hex digest")
-    if not stage:
-        _check_model_fields(manifest, file)
+    _check_model_fields(manifest, file)
     return manifest
 
 
@@ -215,21 +223,77 @@ def _check_model_fields(m: dict, file: str) -> None:
     cores = spec.logical_cores(m["options"].get("lnc"))
     for i, c in enumerate(listing(m["placement"], file, "placement", MAX_CORE_INDEX)):
         integer(c, file, f"placement[{i}]", 0, cores - 1)
-    integer(m["tensor_parallel"], file, "tensor_parallel", 1, min(MAX_TENSOR_PARALLEL, cores))
-    for i, name in enumerate(listing(m["sharded"], file, "sharded")):
-        text(name, file, f"sharded[{i}]")
-    for i, stage in enumerate(listing(m["stages"], file, "stages", MAX_STAGES)):
-        record(stage, file, f"stages[{i}]", {"inputs", "outputs"})
+    constants = m["constants"]
+    if not isinstance(constants, dict) or len(constants) > MAX_CONSTANTS:
+        raise fail(file, "constants", f"must be an object of at most {MAX_CONSTANTS} entries")
+    for key, entry in constants.items():
+        where = f"constants.{text(key, file, 'constants')}"
+        record(entry, file, where, {"dtype", "shape"})
+        shape(entry["shape"], file, f"{where}.shape",
+              dtype_name(entry["dtype"], file, f"{where}.dtype").itemsize)
+    shards = integer(m["shards"], file, "shards", 1, MAX_TENSOR_PARALLEL)
+    for i, key in enumerate(listing(m["sharded"], file, "sharded")):
+        if text(key, file, f"sharded[{i}]") not in constants:
+            raise fail(file, f"sharded[{i}]", f"{key!r} is not one of the stored constants")
+    _check_plan(m["plan"], m["files"], constants, shards, file)
+
+
+def _check_plan(plan: Any, files: dict, constants: dict, shards: int, file: str) -> None:
+    """The stored ExecutionPlan: each program a listed file, each core's program, slot, shard and
+    stage in bounds, the fabric on a known instance."""
+    from trnsim import hardware
+
+    record(plan, file, "plan", PLAN_FIELDS)
+    programs = listing(plan["programs"], file, "plan.programs", MAX_PROGRAMS)
+    if not programs:
+        raise fail(file, "plan.programs", "is empty (a plan runs at least one program)")
+    for i, entry in enumerate(programs):
+        where = f"plan.programs[{i}]"
+        record(entry, file, where, {"file", "constants"})
+        expected = "program.json" if i == 0 else f"program.p{i}.json"
+        if entry["file"] != expected or expected not in files:
+            raise fail(file, f"{where}.file", f"must be {expected!r}, a file the manifest lists")
+        renamed = entry["constants"]
+        if not isinstance(renamed, dict) or len(renamed) > MAX_CONSTANTS:
+            raise fail(file, f"{where}.constants", "must be an object of constant names")
+        for name, key in renamed.items():
+            text(name, file, f"{where}.constants")
+            if text(key, file, f"{where}.constants.{name}") not in constants:
+                raise fail(file, f"{where}.constants.{name}", f"{key!r} is not a stored constant")
+    cores = listing(plan["cores"], file, "plan.cores", MAX_CORE_INDEX)
+    if not cores:
+        raise fail(file, "plan.cores", "is empty (a plan runs on at least one core)")
+    for i, core in enumerate(cores):
+        where = f"plan.cores[{i}]"
+        record(core, file, where, CORE_FIELDS)
+        integer(core["program"], file, f"{where}.program", 0, len(programs) - 1)
+        record(core["slot"], file, f"{where}.slot", set(SLOT_FIELDS))
+        for key in SLOT_FIELDS:
+            integer(core["slot"][key], file, f"{where}.slot.{key}", 0, MAX_CORE_INDEX * MAX_NODES)
+        integer(core["shard"], file, f"{where}.shard", 0, shards - 1)
+        integer(core["stage"], file, f"{where}.stage", 0, MAX_STAGES - 1)
         for side in ("inputs", "outputs"):
-            for j, pair in enumerate(listing(stage[side], file, f"stages[{i}].{side}")):
-                where = f"stages[{i}].{side}[{j}]"
+            for j, pair in enumerate(listing(core[side], file, f"{where}.{side}")):
                 if not isinstance(pair, list) or len(pair) != 2:
-                    raise fail(file, where, "must be a [model value, program tensor] pair")
-                text(pair[0], file, where)
-                text(pair[1], file, where)
-    if m["lnc_shared"] is not None:
-        for i, name in enumerate(listing(m["lnc_shared"], file, "lnc_shared")):
-            text(name, file, f"lnc_shared[{i}]")
+                    raise fail(file, f"{where}.{side}[{j}]",
+                               "must be a [model value, program tensor] pair")
+                text(pair[0], file, f"{where}.{side}[{j}]")
+                text(pair[1], file, f"{where}.{side}[{j}]")
+    for i, name in enumerate(listing(plan["shared"], file, "plan.shared")):
+        text(name, file, f"plan.shared[{i}]")
+    integer(plan["lnc"], file, "plan.lnc", 1, 2, optional=True)
+    fabric = plan["fabric"]
+    if fabric is not None:
+        record(fabric, file, "plan.fabric", {"instance", "lnc", "endpoints", "nodes"})
+        try:
+            hardware.instance(text(fabric["instance"], file, "plan.fabric.instance"))
+        except TrnsimError as error:
+            raise fail(file, "plan.fabric.instance", str(error)) from None
+        integer(fabric["lnc"], file, "plan.fabric.lnc", 1, 2)
+        nodes = integer(fabric["nodes"], file, "plan.fabric.nodes", 1, MAX_NODES)
+        for i, e in enumerate(listing(fabric["endpoints"], file, "plan.fabric.endpoints",
+                                      MAX_CORE_INDEX)):
+            integer(e, file, f"plan.fabric.endpoints[{i}]", 0, MAX_CORE_INDEX * nodes)
 
 
 def check_structure(data: Any, file: str, field: str, tensors: int) -> None:
@@ -320,8 +384,8 @@ def check_program(data: Any, file: str) -> None:
 
 
 def check_against_programs(manifest: dict, programs: list, file: str) -> None:
-    """The manifest's names and shapes agree with the programs they describe (the first holds
-    the constants; a pipeline's inputs and outputs may be any stage's)."""
+    """The manifest's names, shapes and constant specs agree with the programs they describe
+    (a model's inputs and outputs may be any program's: a pipeline's stages differ)."""
     tensors = {}
     for program in reversed(programs):
         tensors.update(program.tensors)
@@ -335,9 +399,12 @@ def check_against_programs(manifest: dict, programs: list, file: str) -> None:
             if stored != decl.shape or s["dtype"] != decl.dtype.name:
                 raise fail(file, f"{side}[{i}]", f"says {s['dtype']}{s['shape']}, the program "
                                                  f"holds {decl.dtype.name}{list(decl.shape)}")
-    for i, name in enumerate(manifest["sharded"]):
-        if programs[0].tensors.get(name) is None or programs[0].tensors[name].kind != "constant":
-            raise fail(file, f"sharded[{i}]", f"{name!r} is not a constant of the program")
-    for i, name in enumerate(manifest["lnc_shared"] or ()):
+    for i, name in enumerate(manifest["plan"]["shared"]):
         if name not in tensors:
-            raise fail(file, f"lnc_shared[{i}]", f"{name!r} is not a tensor of the program")
+            raise fail(file, f"plan.shared[{i}]", f"{name!r} is not a tensor of the programs")
+    for p, (entry, program) in enumerate(zip(manifest["plan"]["programs"], programs,
+                                             strict=True)):
+        for name in entry["constants"]:
+            if name not in program.tensors or program.tensors[name].kind != "constant":
+                raise fail(file, f"plan.programs[{p}].constants.{name}",
+                           f"{name!r} is not a constant of {entry['file']}")

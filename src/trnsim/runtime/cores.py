@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 
-from trnsim.errors import InvalidArgumentError, LimitExceededError
+from trnsim.errors import CoresUnavailableError, InvalidArgumentError
 
 VISIBLE_ENV = "NEURON_RT_VISIBLE_CORES"
 NUM_ENV = "NEURON_RT_NUM_CORES"
-
-
-class CoresUnavailableError(LimitExceededError):
-    """More NeuronCores requested than the instance has."""
+__all__ = ["CoresUnavailableError", "parse_core_list", "visible_cores"]
 
 
 def parse_core_list(text: str) -> list[int]:

@@ -10,9 +10,8 @@ simulated once (timing-only) and reused by `report()` and `profile()`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
 
 import numpy as np
 
@@ -21,107 +20,79 @@ from trnsim.errors import InvalidArgumentError
 from trnsim.isa import Program
 from trnsim.numerics import cast
 from trnsim.numerics import dtype as as_dtype
+from trnsim.sim.execution_plan import ExecutionPlan, TensorSpec, run_plan, run_plan_loaded
 
-
-@dataclass(frozen=True)
-class InputSpec:
-    name: str  # the HBM tensor name in the program
-    shape: tuple[int, ...]
-    dtype: str  # the program's dtype
-    torch_dtype: str | None = None  # what the model was traced with (e.g. torch.int64)
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # the program's dtype
-    torch_dtype: str | None = None  # what eager PyTorch returns
+# The model's inputs and outputs as the plan names them (value name, shape, dtypes).
+InputSpec = OutputSpec = TensorSpec
 
 
 @dataclass
 class CompiledModel:
-    name: str
-    program_source: Program | Callable[[], Program]  # the program, or what lowers it on demand
-    inputs: list[InputSpec]
-    outputs: list[OutputSpec]
-    instance: str
+    """A compiled model: one `ExecutionPlan` (from `trnsim.compiler.compile` or an artifact) and
+    the options it was compiled with. One simulate path, `trnsim.sim.run_plan`, serves every
+    plan: one core, a logical core of two (LNC=2), tensor-parallel ranks, pipeline stages."""
+
+    plan: ExecutionPlan
     options: dict
-    input_structure: Any = None  # trnsim.compiler.Structure (or None: positional tensors)
-    output_structure: Any = None
-    kernels: list = field(default_factory=list)  # lowering.KernelCall records
-    meta: dict = field(default_factory=dict)
-    placement: list[int] = field(default_factory=list)  # visible cores holding a copy
-    tensor_parallel: int = 1  # cores one copy is split over (their programs differ in weights)
-    stages: list = field(default_factory=list)  # runtime.pipeline.PipelineStage (inf1 pipeline)
-    # LNC=2: core 1's program (or what lowers it), and the HBM tensors both cores share
-    partner_source: Program | Callable[[], Program] | None = None
-    shared: tuple[str, ...] = ()
-    _timing: Any = None
-    _loaded: Any = None
-    _ranks: Any = None
-    _rank_timings: Any = None
+    _profiles: list | None = field(default=None, repr=False)
+    _loaded: dict = field(default_factory=dict, repr=False)
+
+    # --- what the plan says -------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def instance(self) -> str:
+        return self.plan.instance
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self.plan.inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self.plan.outputs
+
+    @property
+    def input_structure(self):
+        return self.plan.input_structure
+
+    @property
+    def output_structure(self):
+        return self.plan.output_structure
+
+    @property
+    def kernels(self) -> list:
+        return self.plan.kernels
+
+    @property
+    def meta(self) -> dict:
+        return self.plan.meta
+
+    @property
+    def placement(self) -> list[int]:
+        """The visible cores holding a copy."""
+        return self.plan.placement
+
+    @property
+    def tensor_parallel(self) -> int:
+        """Ranks one copy is split over."""
+        return self.plan.ranks
 
     @property
     def program(self) -> Program:
-        """The instruction program (lowered now if this model came from the compile cache); of
-        a tensor-parallel model, rank 0's; of a pipelined one, its first stage's."""
-        if not isinstance(self.program_source, Program):
-            self.program_source = self.program_source()
-        return self.program_source
+        """The first core's program (lowered now if this model came from the compile cache):
+        of a tensor-parallel model rank 0's, of a pipelined one its first stage's."""
+        return self.plan.program(0)
 
-    def physical_programs(self) -> list[Program]:
-        """The programs of one logical NeuronCore: one, or under LNC=2 one per physical core."""
-        if self.partner_source is None:
-            return [self.program]
-        if not isinstance(self.partner_source, Program):
-            self.partner_source = self.partner_source()
-        return [self.program, self.partner_source]
+    def programs(self) -> list[Program]:
+        """What every core of one copy runs, in plan order (each rank's own weights)."""
+        return self.plan.core_programs()
 
-    def rank_programs(self) -> list[Program]:
-        """One program per tensor-parallel rank (the same instructions, each rank's weights)."""
-        return [programs[0] for programs in self._rank_physical_programs()]
-
-    def _rank_physical_programs(self) -> list[list[Program]]:
-        """Per tensor-parallel rank, the programs of its physical cores (two under LNC=2)."""
-        if self._ranks is None:
-            from trnsim.compiler.lowering import rank_program
-
-            own = self.physical_programs()
-            self._ranks = [own] + [[rank_program(p, r) for p in own]
-                                   for r in range(1, self.tensor_parallel)]
-        return self._ranks
-
-    def _simulate(self, arrays, mode: str) -> list:
-        """Run one inference: on one core, or on the ranks of a tensor-parallel copy, which
-        exchange activations through the collectives fabric of the instance."""
-        from trnsim.sim import simulate
-
-        if self.tensor_parallel == 1 and self.partner_source is None:
-            return [simulate(self.program, arrays, mode=mode, chip=self.chip)]
-        if self.tensor_parallel == 1:  # LNC=2: the two physical cores share the tensors
-            from trnsim.sim import simulate_cores
-
-            return simulate_cores(self.physical_programs(), [arrays, None], chip=self.chip,
-                                  mode=mode, shared=self.shared)
-        from trnsim.nki.current.world import World, place
-        from trnsim.sim import CoreSlot, simulate_system
-
-        ranks = self.tensor_parallel
-        lnc = self.options.get("lnc") or self.chip.default_lnc
-        placement = place(World(ranks=ranks, instance=self.instance), self.chip, lnc)
-        programs, slots, inputs = [], [], []
-        for r, physical in enumerate(self._rank_physical_programs()):
-            for c, program in enumerate(physical):
-                programs.append(program)
-                slots.append(CoreSlot(chip=placement.chips[r], group=r, rank=r, lnc_index=c))
-                inputs.append(arrays if c == 0 else None)
-        return simulate_system(programs, inputs if arrays is not None else None, slots=slots,
-                               chip=self.chip, mode=mode, world=placement.sim_world(),
-                               shared=self.shared)
-
-    @property
+    @cached_property
     def instance_spec(self):
+        """The `hardware.InstanceSpec` the plan runs on (looked up once)."""
         return hardware.instance(self.instance)
 
     @property
@@ -138,12 +109,7 @@ class CompiledModel:
         self._need_values("run it")
         flat = self._flatten(args, kwargs)
         arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
-        if self.stages:
-            from trnsim.runtime.pipeline import run_stages
-
-            produced = run_stages(self.stages, arrays, self.chip)
-        else:
-            produced = self._simulate(arrays, "functional")[0].outputs  # replicated on every rank
+        produced = run_plan(self.plan, arrays, mode="functional", chip=self.chip).values
         # a scalar result is held in a one-element tensor: give it eager's shape () back
         values = [produced[spec.name].reshape(spec.shape) for spec in self.outputs]
         as_torch = any(_is_torch(v) for v in flat) or (not flat)
@@ -178,62 +144,32 @@ class CompiledModel:
 
     # --- timing -------------------------------------------------------------------------------
     def timing(self):
-        """The timing-only run of one inference (simulated once, then reused); of a
-        tensor-parallel model, the profile of its slowest rank."""
-        if self._timing is None:
-            if self.stages:
-                from trnsim.runtime.pipeline import stage_timings
-
-                self._rank_timings = stage_timings(self.stages, self.chip)
-            else:
-                self._rank_timings = [r.profile for r in self._simulate(None, "timing")]
-            self._timing = max(self._rank_timings, key=lambda p: p.total_ns)
-        return self._timing
+        """The timing-only run of one inference (simulated once, then reused): the profile of
+        its slowest core."""
+        return max(self.rank_timings(), key=lambda p: p.total_ns)
 
     def rank_timings(self) -> list:
-        """The profile of every core of one inference (one unless tensor parallel, pipelined
-        or LNC=2; a pipeline stage's profile starts when its input is ready)."""
-        self.timing()
-        return self._rank_timings
+        """The profile of every core of one inference, in plan order (one unless tensor
+        parallel, pipelined or LNC=2; a pipeline stage's profile runs alone)."""
+        if self._profiles is None:
+            self._profiles = run_plan(self.plan, None, mode="timing", chip=self.chip).profiles
+        return self._profiles
 
     def loaded_timing(self, copies: int | None = None):
-        """Profiles of `copies` copies running together on one chip (they share its HBM).
-
-        A tensor-parallel copy already spans cores: its ranks' profiles (copies on other cores
-        are not simulated alongside; on trn1/inf2, copies of a 2-rank model own whole chips)."""
-        if self.tensor_parallel > 1:
-            return self.rank_timings()
-        if self.stages:
-            if self._loaded is None:
-                from trnsim.runtime.pipeline import streaming_timings
-
-                self._loaded = streaming_timings(self.stages, self.chip)
-            return self._loaded
-        per_chip = self.logical_cores_per_chip
-        copies = min(copies or per_chip, per_chip)
-        if self._loaded is None or len(self._loaded) != copies:
-            from trnsim.sim import CoreSlot, copies_contend, simulate_system
-
-            programs = self.physical_programs()
-            if not copies_contend(programs, copies, self.chip, shared=self.shared):
-                self._loaded = [self.timing()] * copies  # each copy runs as it does alone
-            else:
-                slots = [CoreSlot(group=c, lnc_index=i) for c in range(copies)
-                         for i in range(len(programs))]
-                runs = simulate_system(programs * copies, None, slots=slots, mode="timing",
-                                       chip=self.chip, shared=self.shared)
-                per = len(programs)  # a copy's profile: its slower physical core
-                self._loaded = [max((r.profile for r in runs[c * per:(c + 1) * per]),
-                                    key=lambda p: p.total_ns) for c in range(copies)]
-        return self._loaded
+        """Profiles with the chip busy (`trnsim.sim.run_plan_loaded`): `copies` copies of a
+        one-core model together on one chip (they share its HBM), or one copy of a model over
+        several cores with all of its stages working at once."""
+        if copies not in self._loaded:
+            self._loaded[copies] = run_plan_loaded(self.plan, copies, alone=self.rank_timings(),
+                                                   chip=self.chip)
+        return self._loaded[copies]
 
     def report(self, copies: int | None = None):
         """Latency, throughput with one copy per visible core, cost, breakdown (trnsim.perf)."""
         from trnsim.runtime.compile import report_cache_path, write_json
         from trnsim.runtime.report import ModelReport, build_report
 
-        cores_per_copy = max(self.tensor_parallel, len(self.stages))
-        visible = copies or max(1, len(self.visible_cores()) // cores_per_copy)
+        visible = copies or max(1, len(self.visible_cores()) // self.plan.logical_cores)
         path = report_cache_path(self, visible)
         if path is not None and path.exists():
             try:
@@ -241,19 +177,10 @@ class CompiledModel:
             except (OSError, KeyError, TypeError, ValueError):
                 pass  # unreadable: simulate again and overwrite it
         loaded = self.loaded_timing(min(visible, self.logical_cores_per_chip))
-        if self.stages:
-            from trnsim.runtime.report import build_pipeline_report
-
-            report = build_pipeline_report(model=self.name, instance=self.instance_spec,
-                                           profiles=self.rank_timings(), loaded_profiles=loaded,
-                                           batch=self.batch, copies=visible)
-        else:
-            report = build_report(model=self.name, instance=self.instance_spec,
-                                  profile=self.timing(), loaded_profiles=loaded,
-                                  batch=self.batch, copies=visible,
-                                  tensor_parallel=self.tensor_parallel,
-                                  physical=1 if self.partner_source is None else 2,
-                                  cores_per_chip=self.logical_cores_per_chip)
+        report = build_report(self.plan, instance=self.instance_spec,
+                              profiles=self.rank_timings(), loaded_profiles=loaded,
+                              batch=self.batch, copies=visible,
+                              cores_per_chip=self.logical_cores_per_chip)
         if path is not None:
             write_json(path, report.to_dict())
         return self._noted(report)

@@ -1,54 +1,82 @@
-"""CompiledModel.save / trnsim.load, on top of `trnsim.runtime.artifact`."""
+"""CompiledModel.save / trnsim.load: an `ExecutionPlan` as an artifact (`trnsim.runtime.artifact`).
+
+The manifest's ``plan`` lists the distinct programs (``program.json``, then
+``program.p<i>.json``) and every planned core (its program, slot, weight shard, stage and the
+values it reads and writes). Constants are stored once by name in ``constants.safetensors`` (a
+program whose constant of the same name holds other data stores it as ``name@p<i>``); a
+tensor-parallel model's sharded weights are stored once per rank (``name@rank<r>``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 
+from trnsim.runtime import artifact_schema as schema
 from trnsim.runtime.artifact import Artifact, ArtifactError, rank_key, write
-from trnsim.runtime.artifact_schema import check_against_programs
-from trnsim.runtime.model import CompiledModel, InputSpec, OutputSpec
+from trnsim.runtime.model import CompiledModel
+from trnsim.sim.execution_plan import (
+    ExecutionPlan,
+    PlanFabric,
+    PlannedCore,
+    TensorSpec,
+    shard_program,
+)
+from trnsim.sim.sync import CoreSlot
 
 
 def save_model(model: CompiledModel, path) -> Path:
-    """One artifact; a pipelined model's stages 1.. are artifacts in ``stage<i>/`` beside it; an
-    LNC=2 model's second physical core's program is ``program.core1.json`` in it."""
     from trnsim.isa.serialize import program_to_data
 
-    stages, stage_manifests = [], []
-    for index, stage in enumerate(model.stages):
-        program = stage.program
-        stages.append({"inputs": stage.inputs, "outputs": stage.outputs})
-        if index:
-            write(Path(path) / f"stage{index}", {"name": f"{model.name} stage {index}"},
-                  program_to_data(program), _constants(program))
-            stage_manifests.append(f"stage{index}/manifest.json")
-    constants = _constants(model.program)
-    sharded = sorted(t.name for t in model.program.tensors.values()
-                     if t.kind == "constant" and getattr(t.data, "sharded", False))
-    for rank, program in enumerate(model.rank_programs()[1:], start=1):
-        constants.update({rank_key(name, rank): program.tensors[name].values() for name in sharded})
+    plan = model.plan
+    programs = [plan.program(i) for i in range(len(plan.programs))]
+    shards = 1 + max(core.shard for core in plan.cores)
+    constants: dict = {}
+    specs: dict[str, dict] = {}  # constant key -> dtype and shape (the program's declaration)
+    owners: dict[str, object] = {}  # constant key -> the data object stored under it
+    described, sharded = [], []
+    for index, program in enumerate(programs):
+        renamed = {}
+        for decl in program.tensors.values():
+            if decl.kind != "constant":
+                continue
+            key = decl.name
+            if key in owners and owners[key] is not decl.data:
+                key = renamed[decl.name] = f"{decl.name}@p{index}"
+            if key in owners:
+                continue
+            owners[key] = decl.data
+            constants[key] = decl.values()
+            specs[key] = {"dtype": decl.dtype.name, "shape": list(decl.shape)}
+            if shards > 1 and getattr(decl.data, "sharded", False):
+                sharded.append(key)
+                for rank in range(1, shards):
+                    constants[rank_key(key, rank)] = \
+                        shard_program(program, rank).tensors[decl.name].values()
+                    specs[rank_key(key, rank)] = specs[key]
+        described.append({"file": "program.json" if index == 0 else f"program.p{index}.json",
+                          "constants": renamed})
     manifest = {
-        "name": model.name, "instance": model.instance, "options": model.options,
-        "inputs": [asdict(s) for s in model.inputs], "outputs": [asdict(s) for s in model.outputs],
-        "input_structure": model.input_structure.to_json() if model.input_structure else None,
-        "output_structure": model.output_structure.to_json() if model.output_structure else None,
-        "kernels": [vars(k) for k in model.kernels], "placement": model.placement,
-        "tensor_parallel": model.tensor_parallel, "sharded": sharded, "stages": stages,
-        "lnc_shared": list(model.shared) if model.partner_source is not None else None,
+        "name": plan.name, "instance": plan.instance, "options": model.options,
+        "inputs": [asdict(s) for s in plan.inputs], "outputs": [asdict(s) for s in plan.outputs],
+        "input_structure": plan.input_structure.to_json() if plan.input_structure else None,
+        "output_structure": plan.output_structure.to_json() if plan.output_structure else None,
+        "kernels": [vars(k) for k in plan.kernels], "placement": plan.placement,
+        "plan": {"programs": described,
+                 "cores": [{"program": c.program, "slot": asdict(c.slot), "shard": c.shard,
+                            "stage": c.stage, "inputs": [list(b) for b in c.inputs],
+                            "outputs": [list(b) for b in c.outputs]} for c in plan.cores],
+                 "shared": list(plan.shared), "lnc": plan.lnc,
+                 "fabric": asdict(plan.fabric) if plan.fabric is not None else None},
+        "constants": specs,
+        "sharded": sharded, "shards": shards,
     }
-    more = ({"core1": program_to_data(model.physical_programs()[1])}
-            if model.partner_source is not None else None)
-    return write(path, manifest, program_to_data(model.program), constants, more_programs=more,
-                 stage_manifests=stage_manifests)
-
-
-def _constants(program) -> dict:
-    return {t.name: t.values() for t in program.tensors.values() if t.kind == "constant"}
+    more = {f"p{i}": program_to_data(p) for i, p in enumerate(programs) if i}
+    return write(path, manifest, program_to_data(programs[0]), constants, more_programs=more)
 
 
 class _RankArrays:
-    """A loaded sharded constant: every rank's chunk (`rank_program` asks `for_rank`)."""
+    """A loaded sharded constant: every rank's chunk (`shard_program` asks `for_rank`)."""
 
     sharded = True
 
@@ -63,56 +91,60 @@ class _RankArrays:
 
 
 def load_model(path) -> CompiledModel:
-    """Load a model saved with CompiledModel.save (no model code needed; data only: every
-    field is checked by `artifact_schema` before it is used)."""
+    """Load a model saved with CompiledModel.save (no model code needed; data only: every field
+    is checked by `artifact_schema` before it is used)."""
     from trnsim.compiler.lowering import KernelCall
     from trnsim.compiler.structure import Structure
 
     artifact = Artifact(path)
     manifest, file = artifact.manifest, artifact.manifest_file
+    layout, specs = manifest["plan"], manifest["constants"]
     constants = artifact.constants()
-    program = artifact.program("program.json", constants)
+    shards, sharded = manifest["shards"], set(manifest["sharded"])
+    programs = []
+    for entry in layout["programs"]:
+        data = artifact.program_data(entry["file"])
+        renamed = entry["constants"]
+        names = {}
+        for t in data["tensors"]:
+            if t["kind"] != "constant":
+                continue
+            key = names[t["name"]] = renamed.get(t["name"], t["name"])
+            spec = specs.get(key)
+            if spec is None or spec["dtype"] != t["dtype"] or spec["shape"] != t["shape"]:
+                raise schema.fail(file, f"constants.{key}", f"does not declare {entry['file']}'s "
+                                                            f"constant {t['name']!r} "
+                                                            f"({t['dtype']}{t['shape']})")
+            if key in sharded:
+                for r in range(1, shards):
+                    if specs.get(rank_key(key, r)) != spec:
+                        raise schema.fail(file, f"constants.{rank_key(key, r)}",
+                                          f"must declare rank {r}'s chunk of {key!r}")
+        program = artifact.program(entry["file"], {n: constants[k] for n, k in names.items()})
+        for name, key in names.items():
+            if key in sharded:
+                chunks = [constants[key]] + [constants[rank_key(key, r)] for r in range(1, shards)]
+                program.tensors[name].data = _RankArrays(chunks)
+        programs.append(program)
+    schema.check_against_programs(manifest, programs, file)
     try:
-        inputs = [InputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
-        outputs = [OutputSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
+        cores = [PlannedCore(program=c["program"], slot=CoreSlot(**c["slot"]), shard=c["shard"],
+                             stage=c["stage"], inputs=tuple(tuple(b) for b in c["inputs"]),
+                             outputs=tuple(tuple(b) for b in c["outputs"]))
+                 for c in layout["cores"]]
+        fabric = layout["fabric"]
+        fabric = PlanFabric(fabric["instance"], fabric["lnc"], tuple(fabric["endpoints"]),
+                            fabric["nodes"]) if fabric else None
+        inputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
+        outputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
         kernels = [KernelCall(**k) for k in manifest["kernels"]]
     except (KeyError, TypeError, ValueError) as error:  # the schema has checked each field
         raise ArtifactError(f"{file}: manifest is malformed ({error})") from None
-    stages = _load_stages(artifact, program, manifest["stages"])
-    check_against_programs(manifest, [s.program for s in stages] or [program], file)
-    shared = manifest["lnc_shared"]
-    ranks = manifest["tensor_parallel"]
-    for name in manifest["sharded"]:
-        chunks = [constants[name]] + [constants[rank_key(name, r)] for r in range(1, ranks)]
-        program.tensors[name].data = _RankArrays(chunks)
-    partner = None
-    if shared is not None:
-        partner = artifact.program("program.core1.json", constants)
-        for name in manifest["sharded"]:
-            partner.tensors[name].data = program.tensors[name].data  # every rank's chunks
-    return CompiledModel(name=manifest["name"], program_source=program, inputs=inputs,
-                         outputs=outputs, instance=manifest["instance"],
-                         options=manifest["options"], input_structure=structures[0],
-                         output_structure=structures[1], kernels=kernels,
-                         placement=manifest["placement"], tensor_parallel=ranks, stages=stages,
-                         partner_source=partner, shared=tuple(shared or ()))
-
-
-def _load_stages(artifact: Artifact, first, described: list[dict]) -> list:
-    from trnsim.runtime.pipeline import PipelineStage
-
-    stages = []
-    for index, stage in enumerate(described):
-        if index:
-            from trnsim.runtime.artifact_schema import MAX_MANIFEST_BYTES
-
-            listed = artifact.member(f"stage{index}/manifest.json", MAX_MANIFEST_BYTES)
-            inner = Artifact(artifact.root / f"stage{index}", stage=True, manifest_bytes=listed)
-            program = inner.program("program.json", inner.constants())
-        else:
-            program = first
-        stages.append(PipelineStage(program, [tuple(x) for x in stage["inputs"]],
-                                    [tuple(x) for x in stage["outputs"]]))
-    return stages
+    plan = ExecutionPlan(name=manifest["name"], instance=manifest["instance"], programs=programs,
+                         cores=cores, inputs=inputs, outputs=outputs,
+                         shared=tuple(layout["shared"]), fabric=fabric, lnc=layout["lnc"],
+                         input_structure=structures[0], output_structure=structures[1],
+                         kernels=kernels, placement=manifest["placement"])
+    return CompiledModel(plan, manifest["options"])

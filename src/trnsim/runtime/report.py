@@ -157,9 +157,24 @@ def cost_per_inference(price_per_hour: float | None, throughput_per_s: float) ->
     return price_per_hour / 3600.0 / throughput_per_s
 
 
-def build_report(*, model: str, instance, profile, loaded_profiles, batch: int,
-                 copies: int | None = None, tensor_parallel: int = 1,
-                 physical: int = 1, cores_per_chip: int | None = None) -> ModelReport:
+def build_report(plan, *, instance, profiles: list, loaded_profiles: list, batch: int,
+                 copies: int, cores_per_chip: int | None = None) -> ModelReport:
+    """The report of an `ExecutionPlan`: `profiles` of one inference (one per planned core),
+    `loaded_profiles` with the chip busy (`trnsim.sim.run_plan_loaded`). Stages run one after
+    another (a pipeline) or, with one stage, its cores together (the slowest is the breakdown)."""
+    if len(plan.stages()) > 1:
+        return build_pipeline_report(model=plan.name, instance=instance, profiles=profiles,
+                                     loaded_profiles=loaded_profiles, batch=batch, copies=copies)
+    return core_report(model=plan.name, instance=instance,
+                       profile=max(profiles, key=lambda p: p.total_ns),
+                       loaded_profiles=loaded_profiles, batch=batch, copies=copies,
+                       tensor_parallel=plan.ranks, physical=plan.physical,
+                       cores_per_chip=cores_per_chip)
+
+
+def core_report(*, model: str, instance, profile, loaded_profiles, batch: int,
+                copies: int | None = None, tensor_parallel: int = 1,
+                physical: int = 1, cores_per_chip: int | None = None) -> ModelReport:
     """`loaded_profiles`: the copies of one chip run together (or the ranks of one
     tensor-parallel copy); `copies`: all copies on the instance (chips are alike, so each chip's
     copies take the loaded latency); `tensor_parallel`: cores per copy; `physical`: physical
@@ -211,9 +226,9 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
     breakdown lists every stage's kernels on one time line; engines are the slowest stage's."""
     slowest = max(profiles, key=lambda p: p.total_ns)
     loaded = max(loaded_profiles, key=lambda p: p.total_ns)
-    report = build_report(model=model, instance=instance, profile=slowest,
-                          loaded_profiles=[loaded], batch=batch, copies=copies,
-                          tensor_parallel=len(profiles))
+    report = core_report(model=model, instance=instance, profile=slowest,
+                         loaded_profiles=[loaded], batch=batch, copies=copies,
+                         tensor_parallel=len(profiles))
     kernels, offset = [], 0.0
     for profile in profiles:
         for k in kernel_times(profile):
@@ -225,7 +240,7 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
     report.kernels, report.by_op = kernels, by_op(kernels)
     report.hbm_read_bytes = sum(p.summary.hbm_read_bytes for p in profiles)
     report.hbm_write_bytes = sum(p.summary.hbm_write_bytes for p in profiles)
-    from trnsim.runtime.pipeline import weights_on_chip
+    from trnsim.sim.execution_plan import weights_on_chip
 
     resident = sum(weights_on_chip(p.program) for p in profiles)
     report.notes = [f"neuron-cc pipeline: {len(profiles)} stages on {len(profiles)} "

@@ -57,8 +57,8 @@ class CoreSlot:
 
 
 class FabricPort(Protocol):
-    """What the hub needs of a collectives fabric (the nki front end adapts
-    `trnsim.collectives.Fabric` to it; sim does not import the collectives layer)."""
+    """What the hub needs of a collectives fabric (`trnsim.sim.placement.FabricPort` adapts
+    `trnsim.collectives.Fabric` to it; the hub itself stays free of the collectives model)."""
 
     now_ns: float
 

@@ -17,14 +17,14 @@ import numpy as np
 
 from trnsim import kernels
 from trnsim.compiler.errors import IRError
-from trnsim.compiler.fused import KERNELS
 from trnsim.compiler.interpret import EVAL
 from trnsim.compiler.ir import Graph, Node
+from trnsim.compiler.kernel_ops import KERNEL_OPS
 from trnsim.compiler.lowering.hbm import reuse_internal_hbm
 from trnsim.compiler.lowering.lnc import Handover, Part, split_call, tiles_in, worth_splitting
 from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.steps import to_callable
-from trnsim.errors import TrnsimError, UnsupportedError
+from trnsim.errors import TrnsimError
 from trnsim.isa import AccessPattern, CoreBarrier, Memory, Program, operand_fields
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
@@ -97,7 +97,7 @@ class _Lowering:
                     continue  # materialised on first use (weights may need a layout first)
                 elif node.op in VIEWS:
                     self.env[id(node)] = self._view(node)
-                elif node.op in KERNELS:
+                elif node.op in KERNEL_OPS:
                     self._kernel(node)
                 else:
                     raise IRError(f"{node!r}: {node.op} is not kernel level; run the pass pipeline")
@@ -157,7 +157,7 @@ class _Lowering:
             return self.write_through[id(node)]
         if node.attrs.get("fold", "copy") == "copy":
             out = self._result(node)
-            self._call(node, kernels.copy, out, self._logical_view(node))
+            self.call(node, kernels.copy, out, self._logical_view(node))
             return out
         return self._strided(node)
 
@@ -198,7 +198,7 @@ class _Lowering:
                 return composed
             dense = self._declare(f"{root.name}_dense", root.shape or (1,), root.dtype,
                                   kind="internal")
-            self._call(root, kernels.copy, dense, base)
+            self.call(root, kernels.copy, dense, base)
             self.env[id(root)] = base = dense
         offset, dims = node.attrs["access"]
         axes = tuple(Axis(int(size), 0, int(stride)) for stride, size in dims)
@@ -227,88 +227,12 @@ class _Lowering:
         return self._declare(node.name, node.shape or (1,), node.dtype, kind=kind)
 
     def _kernel(self, node: Node) -> None:
+        """Lower a ``k.*`` node through its record (`trnsim.compiler.kernel_ops`)."""
         out = self._permuted_result(node) or self._result(node)
         self.env[id(node)] = out
-        op, a = node.op, node.attrs
-        ins = list(node.inputs)
-        if op == "k.matmul":
-            first = 3 if a["bias"] else 2
-            b_node, transpose_b = ins[1], a["transpose_b"]
-            if a.get("weight_layout") == "kn" and transpose_b and b_node.op == "constant":
-                b, transpose_b = self.weight_kn(b_node), False
-            else:
-                b = self.tile(b_node)
-            self._call(node, kernels.matmul, out, self.tile(ins[0]), b,
-                       bias=self.tile(ins[2]) if a["bias"] else None,
-                       extras=[self.tile(n) for n in ins[first:]], transpose_a=a["transpose_a"],
-                       transpose_b=transpose_b, compute_dtype=a["compute_dtype"],
-                       stationary=a["stationary"], epilogue=self._epilogue(a, first))
-        elif op == "k.conv2d":
-            first = 3 if a["bias"] else 2
-            self._call(node, kernels.conv2d, out, self.tile(ins[0]), self.tile(ins[1]),
-                       bias=self.tile(ins[2]) if a["bias"] else None,
-                       extras=[self.tile(n) for n in ins[first:]], stride=tuple(a["stride"]),
-                       padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
-                       groups=a["groups"], compute_dtype=a["compute_dtype"],
-                       epilogue=self._epilogue(a, first))
-        elif op == "k.attention":
-            mask = self.tile(ins[3]) if len(ins) > 3 else None
-            self._call(node, kernels.attention, out, *(self.tile(n) for n in ins[:3]),
-                       scale=a["scale"], mask=mask, mask_kind=a["mask_kind"],
-                       k_transposed=a["k_transposed"], compute_dtype=a["compute_dtype"])
-        elif op == "k.softmax":
-            mask = self.tile(ins[1]) if len(ins) > 1 else None
-            self._call(node, kernels.softmax, out, self.tile(ins[0]), axis=a["axis"],
-                       scale=a["scale"], log=a["log"], mask=mask)
-        elif op == "k.norm":
-            rest = iter(ins[1:])
-            residual = self.tile(next(rest)) if a["residual"] else None
-            weight = self.tile(next(rest)) if a["weight"] else None
-            bias = self.tile(next(rest)) if a["bias"] else None
-            self._call(node, kernels.norm, out, self.tile(ins[0]), kind=a["kind"],
-                       normalized=a["normalized"], eps=a["eps"], residual=residual,
-                       weight=weight, bias=bias)
-        elif op == "k.elementwise":
-            self._call(node, kernels.elementwise, out, [self.tile(n) for n in ins],
-                       program=to_callable(a["program"], has_acc=False))
-        elif op == "k.reduce":
-            prologue = to_callable(a["prologue"], has_acc=False) if a["prologue"] else None
-            self._call(node, kernels.reduce, out, self.tile(ins[0]), op=a["op"],
-                       axes=tuple(a["axes"]), keepdim=a["keepdim"],
-                       correction=a.get("correction"), prologue=prologue)
-        elif op == "k.gather" and (view := self._constant_index_view(node)) is not None:
-            self.env[id(node)] = view  # indices known at compile time and affine: a free view
-        elif op == "k.gather":
-            self._call(node, kernels.gather, out, self.tile(ins[0]), *(self.tile(n) for n in ins[1:]),
-                       kind=a["kind"], axis=a.get("axis", 0), dims=tuple(a.get("dims", ())))
-        elif op == "k.pool2d":
-            keys = ("kind", "kernel", "stride", "padding", "dilation", "ceil_mode",
-                    "count_include_pad", "divisor_override", "output_size")
-            self._call(node, kernels.pool2d, out, self.tile(ins[0]),
-                       **{k: a[k] for k in keys if k in a})
-        elif op == "k.cumsum":
-            self._call(node, kernels.cumsum, out, self.tile(ins[0]), axis=a["axis"])
-        elif op == "k.scatter":
-            self._call(node, kernels.scatter, out, *(self.tile(n) for n in ins))
-        elif op == "k.topk":
-            self._call(node, kernels.topk, out, self.tile(ins[0]), k=a["k"], axis=a["axis"],
-                       largest=a["largest"], part=a["part"])
-        elif op == "k.concat" and (update := self._slot_update(node)) is not None:
-            base, key, src = update  # the rebuilt tensor is `base` with one part replaced
-            self._call(node, kernels.copy, base[key], self.tile(src))
-            self.env[id(node)] = base
-        elif op == "k.concat":
-            self._call(node, kernels.concat, out, [self.tile(n) for n in ins], axis=a["axis"])
-        elif op == "k.collective":
-            self._call(node, kernels.collective, out, self.tile(ins[0]), kind=a["kind"],
-                       axis=a["axis"], degree=a["degree"])
-        elif op == "k.pad":
-            self._call(node, kernels.pad, out, self.tile(ins[0]), pads=tuple(map(tuple, a["pads"])),
-                       value=a["value"])
-        else:
-            raise UnsupportedError(f"{node!r}: no kernel for {op}")
+        KERNEL_OPS[node.op].lower(self, node, out)
 
-    def _slot_update(self, node: Node) -> tuple[Tile, tuple, Node] | None:
+    def slot_update(self, node: Node) -> tuple[Tile, tuple, Node] | None:
         """``x[..., a:b, ...] = src`` on a tensor nothing reads afterwards (a KV cache written at
         its next position) functionalises to concat(x[:a], src, x[b:]) rebuilding x: write src
         into x's buffer instead of copying x (x, its tile and where src goes; None if not that).
@@ -328,7 +252,7 @@ class _Lowering:
             else:
                 return None
             offset += part.shape[axis]
-        if base is None or src is None or base.op not in ("input", *KERNELS):
+        if base is None or src is None or base.op not in ("input", *KERNEL_OPS):
             return None
         # only the kept parts may read x's old value: not src (a shifting buffer's copy would
         # overlap itself), nothing else, and x is no output
@@ -345,7 +269,7 @@ class _Lowering:
         key[axis] = slice(start, start + src.shape[axis])
         return tile, tuple(key), src
 
-    def _constant_index_view(self, node: Node) -> Tile | None:
+    def constant_index_view(self, node: Node) -> Tile | None:
         """Advanced indexing by constant index tensors that walk the table affinely (masks built
         with arange indices, e.g. BERT's mask[b_idx[:, None, None, None], k_idx]) is a view."""
         a = node.attrs
@@ -413,11 +337,11 @@ class _Lowering:
         axes = tuple(Axis(n, 0, st) for n, st in zip(node.shape, strides, strict=True))
         return Tile(self.trace, buffer._storage, axes, buffer.dtype_spec, name=buffer.name)
 
-    def _epilogue(self, attrs: dict, first: int):
+    def epilogue(self, attrs: dict, first: int):
         program = tuple(attrs.get("epilogue") or ())
         return to_callable(program, has_acc=True, first_operand=first) if program else None
 
-    def _call(self, node: Node, fn, *args, **kwargs) -> None:
+    def call(self, node: Node, fn, *args, **kwargs) -> None:
         """Trace one kernel call (under LNC=2, each core's part of it)."""
         label = f"{node.op}:{node.name}"
         if len(self.traces) == 1:
@@ -501,7 +425,7 @@ class _Lowering:
                 and self.trace.builder.program.tensors[storage.name].kind == "output":
             return storage.name
         out = self._declare(f"output{index}", node.shape or (1,), node.dtype, kind="output")
-        self._call(node, kernels.copy, out, tile)
+        self.call(node, kernels.copy, out, tile)
         return out._storage.name
 
 
@@ -630,18 +554,6 @@ class _Lazy:
             raise ValueError("only a sharded constant has other ranks' data")
         graph, node, kn, dtype, _ = self._args
         return _Lazy(graph, node, kn, dtype, rank)
-
-
-def rank_program(program: Program, rank: int) -> Program:
-    """Rank `rank`'s program of a tensor-parallel model: the same instructions, its own chunks
-    of the sharded weights (tensors whose data knows `for_rank`)."""
-    tensors = {}
-    for name, decl in program.tensors.items():
-        data = decl.data
-        if rank and getattr(data, "sharded", False):
-            decl = dataclasses.replace(decl, data=data.for_rank(rank))
-        tensors[name] = decl
-    return dataclasses.replace(program, tensors=tensors)
 
 
 def _is_whole(tile: Tile) -> bool:

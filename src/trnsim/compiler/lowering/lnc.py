@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trnsim import kernels
+from trnsim.kernels.layout import P
 from trnsim.nki.tile import Tile
 
 CORES = 2
 MIN_SPLIT_STARTS = 8  # ASSUMPTION: see the module docstring
 EXACT_OVERLAP_ELEMENTS = 1 << 22  # larger tensors are compared by the span they touch
-ALIGN = 128  # cut long axes at a multiple of the partition count, so tiles stay whole
+ALIGN = P  # cut long axes at a multiple of the kernels' partition tile, so tiles stay whole
 
 
 @dataclass

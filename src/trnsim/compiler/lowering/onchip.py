@@ -105,3 +105,18 @@ def _hbm_operands(ins):
             for item in value:
                 if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
                     yield item
+
+
+def cache_weights(program: Program, core) -> Program:
+    """A neuron-cc pipeline stage (inf1) keeps its constants on chip if they all fit in the SBUF
+    its kernels and kept intermediates leave free (program.sbuf_peak_bytes_per_partition),
+    spread like them: neuron-cc "caches the model parameters in each core's on-chip memory".
+    They are marked `TensorDecl.on_chip` like kept intermediates, so reading them draws no DRAM
+    bandwidth and a load in their own layout moves nothing."""
+    names = [name for name, t in program.tensors.items() if t.kind == "constant"]
+    need = sum(footprint(program.tensors[n].nbytes, core.partitions) for n in names)
+    if names and need <= core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition:
+        for name in names:
+            program.tensors[name] = dataclasses.replace(program.tensors[name], on_chip=True)
+        program.sbuf_peak_bytes_per_partition += need
+    return program

@@ -71,7 +71,7 @@ def _emit_group(rw: Rewriter, graph: Graph, group: list[Node]) -> Node:
         ref[id(node)] = f"s{len(steps) - 1}"
     root = group[-1]
     if not inputs:  # literals only (folding skipped it): evaluate once, here
-        from trnsim.compiler.interpret_kernels import run_program
+        from trnsim.compiler.kernel_ops import run_program
         value = np.broadcast_to(run_program(tuple(steps), []), root.shape)
         from trnsim.compiler.interpret import store
         return rw.new.add_constant(np.ascontiguousarray(store(value, root.dtype)),

@@ -1,7 +1,7 @@
 """Layout choice: TensorE's stationary operand, weights' HBM layout, and how views are read.
 
 TensorE contracts over the partition axis: ``out[M, N] = stationary[K, M]^T @ moving[K, N]``
-with M <= 128 (stationary free size) and N <= 512 (moving free size) per instruction. For
+with M <= the core's stationary free size (128) and N <= its moving free size per instruction. For
 ``acc = A @ B`` either operand can be stationary; each stationary tile costs a load, then streams
 the other operand's columns. `choose_stationary` picks the operand that needs fewer
 load-plus-stream cycles. Constant weights are stored K-major ("kn": the contraction axis on
@@ -22,29 +22,28 @@ from trnsim.compiler.ir import Graph, Node, Rewriter
 # ASSUMPTION (compiler heuristic, not a hardware figure): cycles to load one stationary tile,
 # relative to one moving column per cycle; only the ratio matters for the choice.
 STATIONARY_LOAD_CYCLES = 128
-TENSORE_STATIONARY_COLUMNS = 128  # stationary free size per matmul instruction (M)
-TENSORE_MOVING_COLUMNS = 512  # moving free size per instruction (one PSUM bank of fp32)
 DMA_FREE_DIMS = 4  # free-axis (stride, size) pairs of an access pattern (isa.AccessPattern)
 VIEWS = ("reshape", "permute", "expand", "slice")
 
 
-def choose_stationary(m: int, n: int) -> str:
+def choose_stationary(m: int, n: int, core) -> str:
     """"a" (rows of A stationary, B streams) or "b" (columns of B stationary, A streams)."""
-    tiles_a = math.ceil(m / TENSORE_STATIONARY_COLUMNS)
-    tiles_b = math.ceil(n / TENSORE_STATIONARY_COLUMNS)
+    columns = core.tensor.max_stationary_free  # stationary free size per matmul instruction (M)
+    tiles_a = math.ceil(m / columns)
+    tiles_b = math.ceil(n / columns)
     cost_a = tiles_a * (STATIONARY_LOAD_CYCLES + n)
     cost_b = tiles_b * (STATIONARY_LOAD_CYCLES + m)
     return "a" if cost_a <= cost_b else "b"
 
 
-def choose_layout(graph: Graph) -> Graph:
+def choose_layout(graph: Graph, core) -> Graph:
     rw = Rewriter(graph)
     access: dict[int, tuple[int, tuple[tuple[int, int], ...], Node]] = {}
     for node in graph.nodes:
         ins = rw.operands(node)
         if node.op == "k.matmul":
             attrs = dict(node.attrs)
-            attrs["stationary"] = choose_stationary(attrs["m"], attrs["n"])
+            attrs["stationary"] = choose_stationary(attrs["m"], attrs["n"], core)
             attrs["weight_layout"] = "kn" if ins[1].op == "constant" else None
             rw.keep(node, attrs=attrs)
         elif node.op in VIEWS:

@@ -48,19 +48,20 @@ def _align(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-def device_budget(instance: str, cores: int = 1, lnc: int | None = None) -> tuple[int, str]:
-    """Bytes of HBM owned by `cores` logical NeuronCores of `instance` (an equal share)."""
-    from trnsim.hardware import instance as lookup
+def device_budget(spec, cores: int = 1, lnc: int | None = None) -> tuple[int, str]:
+    """Bytes of HBM owned by `cores` logical NeuronCores of instance `spec` (an InstanceSpec, or
+    its name) as an equal share."""
+    if isinstance(spec, str):
+        from trnsim.hardware import instance as lookup
 
-    spec = lookup(instance)
+        spec = lookup(spec)
     chip = spec.chip
     lnc = chip.default_lnc if lnc is None else lnc
     per_physical = chip.memory_bytes // chip.cores
     return per_physical * lnc * cores, spec.name
 
 
-def plan_memory(graph: Graph, instance: str | None = None, cores: int = 1,
-                lnc: int | None = None) -> Graph:
+def plan_memory(graph: Graph, instance=None, cores: int = 1, lnc: int | None = None) -> Graph:
     """Attach a `MemoryPlan` (graph.meta["memory_plan"]); raise if it cannot fit the device."""
     weights: dict[str, tuple[int, int]] = {}
     offset = 0
@@ -90,7 +91,7 @@ def tensor_parallel_degree(graph: Graph, options) -> int:
 
     if options.tensor_parallel is not None:
         return options.tensor_parallel
-    budget, _ = device_budget(options.instance, 1, options.lnc)
+    budget, _ = device_budget(options.spec, 1, options.lnc)
     for degree in range(1, options.cores + 1):
         if options.cores % degree:
             continue

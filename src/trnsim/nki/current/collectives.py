@@ -2,7 +2,7 @@
 
 Each call emits one `CollectiveOp` (`trnsim.isa.sync`). When every rank of the replica group has
 reached its matching call, the simulator runs it on the collectives fabric
-(`trnsim.collectives.Fabric` via `trnsim.nki.current.world.FabricPort`): functionally exact with
+(`trnsim.collectives.Fabric` via `trnsim.sim.placement.FabricPort`): functionally exact with
 the chosen algorithm's per-hop rounding, timed on NeuronLink / EFA with CC-core admission. The
 issuing cores do not wait for it; instructions that read the destinations do. AWS's CPU simulator
 does not implement collectives; trnsim does.

@@ -153,16 +153,15 @@ class Executor:
 
 def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     """Compile `graph` with trnsim's compiler and time it on the instruction-level simulator."""
-    from trnsim.compiler import options_from_env, run_pipeline
-    from trnsim.compiler.lowering import lower
+    from trnsim.compiler import compile_graph, options_from_env
     from trnsim.runtime.xla.translate import to_ir
-    from trnsim.sim import simulate
+    from trnsim.sim import run_plan
 
-    ir = to_ir(graph)
-    options = options_from_env(instance=instance.name, cores=1)
-    kernel_graph = run_pipeline(ir, options)
-    lowered = lower(kernel_graph, instance.chip.core)
-    profile = simulate(lowered.program, None, mode="timing", chip=instance.chip).profile
+    # one process drives one NeuronCore (torch-xla's PJRT device): one physical core's program
+    lnc = 1 if 1 in instance.chip.lnc_options else None
+    options = options_from_env(instance=instance, cores=1, lnc=lnc)
+    plan = compile_graph(to_ir(graph), options)
+    profile = run_plan(plan, None, mode="timing", chip=instance.chip).profiles[0]
     trace_dir = os.environ.get(PROFILE_ENV)
     if trace_dir:  # a Perfetto trace of each graph as it is compiled (opt-in, never by default)
         from trnsim.sim import write_trace
