@@ -103,7 +103,7 @@ def test_corrupted_or_stale_artifacts_are_clear_errors(compiled, tmp_path):
         trnsim.load(path)
     manifest["format"] = 1  # one program and its mode, before execution plans: recompile
     (path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match="format 1; this trnsim reads format 2"):
+    with pytest.raises(ArtifactError, match="format 1; this trnsim reads format 3"):
         trnsim.load(path)
     with pytest.raises(ArtifactError, match="not a trnsim model"):
         trnsim.load(tmp_path / "nothing")
