@@ -91,12 +91,23 @@ def _across_partitions(name: str, tile: Tile, a: Tile, b: Tile) -> Tile:
     partitions = max(a.shape[0], b.shape[0])
     if tile.shape[0] != 1 or partitions == 1:
         return tile
+    if tile.shape == (1,):
+        tile = _with_free_axis(tile)  # one element on one partition: a [1, 1] tile
     if tile.ndim != 2:
         raise InvalidArgumentError(f"nl.{name}: broadcasting a {list(tile.shape)} tile across "
                                    f"partitions needs a 2-D [1, F] tile")
     from trnsim.nki.language.memory import broadcast_to
 
     return tile_arg(broadcast_to(tile, shape=(partitions, tile.shape[1])), f"nl.{name} operand")
+
+
+def _with_free_axis(tile: Tile) -> Tile:
+    """A 1-D tile (partition axis only) viewed as [P, 1]: the same bytes with a free axis of one
+    element, so it can be broadcast like any [1, F] tile (`nl.load(t[i, j])` gives such a tile)."""
+    from trnsim.nki.tile import Axis
+
+    return type(tile)(tile._trace, tile._storage, (*tile._axes, Axis(1, 0, 1, None)),
+                      tile.dtype_spec, tile._poffset, tile._foffset, name=tile.name)
 
 
 def broadcast_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
