@@ -5,6 +5,7 @@ against numpy so CI does not need the samples' repository."""
 import numpy as np
 
 from trnsim import nki
+from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 
 
@@ -27,3 +28,53 @@ def test_a_one_element_tile_broadcasts_across_partitions(rng):
     got = plane(sinks, col)
     np.testing.assert_array_equal(got[..., 0], np.broadcast_to(sinks[:, :, None], (2, 3, 128)))
     np.testing.assert_allclose(got[..., 1:2], col * sinks[:, :, None, None], rtol=1e-6)
+
+
+def test_integer_tiles_divide_and_mod_in_native_integer_arithmetic():
+    # resize_nearest: nl.floor(pos_iota / out_w, dtype=int32) with an int32 iota tile; an
+    # int32-only operation runs on GpSimd in integer arithmetic (the quotient truncates)
+    @nki.jit
+    def coords(x):
+        out = nl.ndarray((3, 128, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        pos = nisa.iota(2176 + nl.arange(128)[:, None], dtype=nl.int32)
+        nl.store(out[0], value=nl.floor(pos / 38, dtype=nl.int32))
+        nl.store(out[1], value=nl.mod(pos, 38, dtype=nl.int32))
+        nl.store(out[2], value=nl.subtract(pos, 4000) / 7)  # negative: C's truncation toward zero
+        return out
+
+    got = coords(np.zeros((1, 1), np.float32))
+    pos = 2176 + np.arange(128, dtype=np.int64)[:, None]
+    np.testing.assert_array_equal(got[0], pos // 38)
+    np.testing.assert_array_equal(got[1], pos % 38)
+    np.testing.assert_array_equal(got[2], np.trunc((pos - 4000) / 7).astype(np.int32))
+
+
+def test_a_float_operand_keeps_float_arithmetic_on_integer_tiles():
+    @nki.jit
+    def scaled(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        pos = nisa.iota(nl.arange(128)[:, None], dtype=nl.int32)
+        nl.store(out, value=nl.multiply(pos, 30 / 59, dtype=nl.float32))
+        return out
+
+    expected = (np.arange(128, dtype=np.float32) * np.float32(30 / 59))[:, None]
+    np.testing.assert_allclose(scaled(np.zeros((1, 1), np.float32)), expected, rtol=1e-6)
+
+
+def test_an_expression_of_mgrid_indices_has_the_whole_grid_shape():
+    # select_and_scatter: nisa.iota(3 * g.y + g.z) over nl.mgrid[0:p, 0:w, 0:3, 0:3] is a dense
+    # [p, w, 3, 3] tile (nl.mgrid is numpy's dense mgrid), usable with full-shape masks
+    @nki.jit
+    def ranks(x):
+        out = nl.ndarray((128, 4, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        g = nl.mgrid[0:128, 0:4, 0:3, 0:3]
+        linear = nisa.iota(3 * g.y + g.z, dtype=nl.uint32)
+        assert linear.shape == (128, 4, 3, 3)
+        hit = nl.equal(nl.load(x), 1.0, dtype=nl.uint8)
+        nl.store(out, value=nl.where(hit, linear, 9, dtype=nl.float32))
+        return out
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2, (128, 4, 3, 3)).astype(np.float32)
+    linear = np.broadcast_to((3 * np.arange(3)[:, None] + np.arange(3)), (128, 4, 3, 3))
+    np.testing.assert_array_equal(ranks(x), np.where(x == 1.0, linear, 9).astype(np.float32))
