@@ -5,6 +5,7 @@ against numpy so CI does not need the samples' repository."""
 import numpy as np
 
 from trnsim import nki
+from trnsim.nki import compiler as ncc
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
 
@@ -78,3 +79,25 @@ def test_an_expression_of_mgrid_indices_has_the_whole_grid_shape():
     x = rng.integers(0, 2, (128, 4, 3, 3)).astype(np.float32)
     linear = np.broadcast_to((3 * np.arange(3)[:, None] + np.arange(3)), (128, 4, 3, 3))
     np.testing.assert_array_equal(ranks(x), np.where(x == 1.0, linear, 9).astype(np.float32))
+
+
+def test_psum_modulo_allocation_maps_logical_blocks_onto_fewer_banks(rng):
+    # allocated rmsnorm_qkv: (16, 128, 512) fp32 PSUM tiles in one bank (num_bank_tiles=(1,));
+    # 8 blocks from bank 2 would pass the 8 banks; block m lives in bank 2 + m % 1
+    x = rng.standard_normal((8, 128, 512)).astype(np.float32)
+
+    @nki.jit
+    def through_one_bank(a):
+        out = nl.ndarray((8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        staged = nl.ndarray((8, nl.par_dim(128), 512), dtype=nl.float32,
+                            buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(1,)))
+        ring = nl.ndarray((8, nl.par_dim(128), 512), dtype=nl.float32,
+                          buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        for m in nl.affine_range(8):
+            staged[m] = nl.multiply(nl.load(a[m]), float(m + 1))
+            ring[m] = nl.copy(staged[m])
+            nl.store(out[m], value=ring[m])
+        return out
+
+    got = through_one_bank(x)
+    np.testing.assert_allclose(got, x * np.arange(1, 9, dtype=np.float32)[:, None, None], rtol=1e-6)
