@@ -57,6 +57,29 @@ def test_tensor_tensor_bitwise_on_int32_bits(state):
     np.testing.assert_array_equal(state.read(out), a ^ b)  # beyond 2**24: not via fp32
 
 
+def test_gpsimd_int32_arithmetic_is_native_integer(state):
+    # exact beyond 2**24, C division and remainder (truncate toward zero), 32-bit wrap-around
+    a = np.array([[2**30 + 3, -7, 7, 2**31 - 1]], dtype=np.int32)
+    b = np.array([[3, 2, -2, 2]], dtype=np.int32)
+    x, y = tile((1, 4), "int32"), tile((1, 4), "int32")
+    state.arrays[x], state.arrays[y] = a, b
+    results = {}
+    for op in ("divide", "mod", "multiply", "add"):
+        out = tile((1, 4), "int32")
+        TensorTensor(dst=out, in0=x, in1=y, op=op, engine="gpsimd").execute(state)
+        results[op] = state.read(out)[0].tolist()
+    assert results["divide"] == [(2**30 + 3) // 3, -3, -3, 2**30 - 1]
+    assert results["mod"] == [(2**30 + 3) % 3, -1, 1, 1]
+    assert results["multiply"] == [-1073741815, -14, -14, -2]  # (2**30 + 3) * 3 wraps
+    assert results["add"] == [2**30 + 6, -5, 5, -2**31 + 1]
+    out = tile((1, 4), "int32")
+    TensorScalar(dst=out, src=x, op0="divide", operand0=2.0, engine="gpsimd").execute(state)
+    assert state.read(out)[0].tolist() == [(2**30 + 3) // 2, -3, 3, 2**30 - 1]
+    out = tile((1, 4), "int32")  # VectorE: fp32 math, rounded on the int32 write
+    TensorTensor(dst=out, in0=x, in1=y, op="divide", engine="vector").execute(state)
+    assert state.read(out)[0].tolist()[1:3] == [-4, -4]
+
+
 def test_tensor_scalar_two_ops_reverse_and_vector_operand(state):
     a = data((8, 32))
     col = data((8, 1))

@@ -36,6 +36,52 @@ def read_for(state: ExecutionState, ap: AccessPattern, op: AluOp) -> np.ndarray:
     return state.read_compute(ap)
 
 
+# GpSimd's native 32-bit integer arithmetic (NKI ISA docs, nki.isa.tensor_tensor: "When all
+# input/output tiles are int32 or uint32, the operation defaults to GpSimd Engine, which uses
+# native integer arithmetic. This ensures exact results for all 32-bit integer values"). Division
+# and remainder are C's: the quotient truncates toward zero, the remainder takes the dividend's sign.
+_INT32_DTYPES = ("int32", "uint32")
+
+
+def _trunc_divide(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(b != 0, np.abs(a) // np.where(b != 0, np.abs(b), 1), 0)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _trunc_mod(a, b):
+    return np.where(b != 0, a - _trunc_divide(a, b) * b, 0)
+
+
+NATIVE_INT_OPS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                  "divide": _trunc_divide, "mod": _trunc_mod, "max": np.maximum, "min": np.minimum}
+
+
+def native_integer(engine: Engine, ops, aps, scalars=()) -> bool:
+    """Does this instruction compute in GpSimd's native integer arithmetic? (GpSimd, every tile
+    int32/uint32, every immediate operand integral, every operator one of NATIVE_INT_OPS.)"""
+    return (engine is Engine.GPSIMD and all(alu_op(op).name in NATIVE_INT_OPS for op in ops)
+            and all(ap.dtype.name in _INT32_DTYPES for ap in aps)
+            and all(isinstance(v, AccessPattern) or float(v).is_integer() for v in scalars))
+
+
+def _read_int(state: ExecutionState, ap: AccessPattern) -> np.ndarray:
+    return np.asarray(state.read(ap), dtype=np.int64)
+
+
+def _int_operand(state: ExecutionState, operand: Operand, ndim: int):
+    if isinstance(operand, AccessPattern):
+        raw = _read_int(state, operand).reshape(operand.partitions, -1)[:, :1]
+        return raw.reshape((operand.partitions,) + (1,) * (ndim - 1))
+    return np.int64(int(operand))
+
+
+def _write_int(state: ExecutionState, ap: AccessPattern, values: np.ndarray) -> None:
+    """Wrap to 32 bits, as integer hardware does, then store."""
+    wrapped = (np.asarray(values, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
+    state.write(ap, wrapped if ap.dtype.name == "uint32" else wrapped.view(np.int32))
+
+
 def _sixteen_bit(*aps: AccessPattern) -> bool:
     return all(ap.dtype.name in ("bfloat16", "float16") for ap in aps)
 
@@ -93,6 +139,11 @@ class TensorTensor(_Elementwise):
 
     def execute(self, state: ExecutionState) -> None:
         op = alu_op(self.op)
+        if native_integer(self.engine, (op,), (self.in0, self.in1, self.dst)):
+            a = _read_int(state, self.in0)
+            b = _read_int(state, self.in1).reshape(a.shape)
+            _write_int(state, self.dst, NATIVE_INT_OPS[op.name](a, b).reshape(self.dst.shape))
+            return
         a = read_for(state, self.in0, op)
         b = read_for(state, self.in1, op).reshape(a.shape)
         state.write(self.dst, op(a, b).reshape(self.dst.shape))
@@ -156,7 +207,28 @@ class TensorScalar(_Elementwise):
             alu_op(self.reduce_op)
         self._check_free_size(core, self.src)
 
+    def _native_integer(self) -> bool:
+        ops = (self.op0,) if self.op1 is None else (self.op0, self.op1)
+        operands = (self.operand0,) if self.op1 is None else (self.operand0, self.operand1)
+        tiles = [o for o in operands if isinstance(o, AccessPattern)]
+        return (self.reduce_op is None
+                and native_integer(self.engine, ops, (self.src, self.dst, *tiles), operands))
+
+    def _execute_integer(self, state: ExecutionState) -> None:
+        y = _read_int(state, self.src)
+        steps = [(self.op0, self.operand0, self.reverse0)]
+        if self.op1 is not None:
+            steps.append((self.op1, self.operand1, self.reverse1))
+        for op, operand, reverse in steps:
+            value = _int_operand(state, operand, y.ndim)
+            fn = NATIVE_INT_OPS[alu_op(op).name]
+            y = fn(value, y) if reverse else fn(y, value)
+        _write_int(state, self.dst, y.reshape(self.dst.shape))
+
     def execute(self, state: ExecutionState) -> None:
+        if self._native_integer():
+            self._execute_integer(state)
+            return
         op0 = alu_op(self.op0)
         x = read_for(state, self.src, op0)
         y = _apply(op0, x, _scalar(state, self.operand0, x.ndim, op0), self.reverse0)

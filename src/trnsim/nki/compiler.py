@@ -11,6 +11,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from trnsim.errors import InvalidArgumentError
+
 
 def skip_middle_end_transformations(fn):
     return fn
@@ -57,11 +59,19 @@ class _Buffer:
         self._unit = unit
 
     def mod_alloc(self, base_addr: int | None = None, *, base_bank: int | None = None,
-                  base_partition: int = 0, num_free_tiles=(), **kwargs) -> Placement:
+                  base_partition: int = 0, num_free_tiles=(), num_bank_tiles=(),
+                  **kwargs) -> Placement:
+        """Place a tile at a fixed offset; `num_free_tiles` (SBUF) / `num_bank_tiles` (PSUM)
+        give, per block dimension, how many physical blocks back its logical blocks (block i
+        lives in physical block i % n)."""
         base = base_addr if base_addr is not None else (base_bank or 0) * self._unit
         if self.name == "psum" and base_bank is not None and base_addr is not None:
             base = base_bank * self._unit + base_addr
-        return Placement(self.name, int(base), tuple(num_free_tiles), unit=self._unit)
+        counts = tuple(int(n) for n in (num_bank_tiles or num_free_tiles))
+        if any(n < 1 for n in counts):
+            raise InvalidArgumentError(f"ncc.{self.name}.mod_alloc: physical tile counts must be "
+                                       f"positive; got {counts}")
+        return Placement(self.name, int(base), counts, unit=self._unit)
 
     def alloc(self, placement=None, **kwargs) -> Placement:
         """alloc(func) places a tile by an allocation function; alloc(base_addr=...) is

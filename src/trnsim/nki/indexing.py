@@ -34,19 +34,23 @@ class IndexExpr:
 
     __array_priority__ = 1000  # so `np.int64 + expr` defers to us
 
-    def __init__(self, terms: dict[IndexAxis, int] | None = None, const: int = 0) -> None:
+    def __init__(self, terms: dict[IndexAxis, int] | None = None, const: int = 0,
+                 grid: tuple[int, ...] = ()) -> None:
         # zero coefficients are kept: `i_f + 0 * i_p` still spans the partitions (its shape)
         self.terms = dict(terms or {})
         self.const = int(const)
+        # the shape of the nl.mgrid the expression came from: mgrid is dense (numpy's mgrid), so
+        # `3 * g.y + g.z` has the whole grid's shape even though it names two of its axes
+        self.grid = tuple(grid)
 
     # --- shape ---------------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
-        return max((a.ndim for a in self.terms), default=0)
+        return max([len(self.grid), *(a.ndim for a in self.terms)])
 
     @property
     def shape(self) -> tuple[int, ...]:
-        shape = [1] * self.ndim
+        shape = list(self.grid) if len(self.grid) == self.ndim else [1] * self.ndim
         for axis in self.terms:
             shape[axis.position] = axis.size
         return tuple(shape)
@@ -72,8 +76,9 @@ class IndexExpr:
             terms = dict(self.terms)
             for axis, coef in other.terms.items():
                 terms[axis] = terms.get(axis, 0) + sign * coef
-            return IndexExpr(terms, self.const + sign * other.const)
-        return IndexExpr(self.terms, self.const + sign * _as_int(other))
+            grid = self.grid if len(self.grid) >= len(other.grid) else other.grid
+            return IndexExpr(terms, self.const + sign * other.const, grid)
+        return IndexExpr(self.terms, self.const + sign * _as_int(other), self.grid)
 
     def __add__(self, other):
         return self._combine(other, 1)
@@ -87,14 +92,14 @@ class IndexExpr:
         return (-self)._combine(other, 1)
 
     def __neg__(self):
-        return IndexExpr({a: -c for a, c in self.terms.items()}, -self.const)
+        return IndexExpr({a: -c for a, c in self.terms.items()}, -self.const, self.grid)
 
     def __mul__(self, other):
         if isinstance(other, IndexExpr):
             raise InvalidArgumentError("index expressions must be affine: cannot multiply two index "
                                        "tiles")
         k = _as_int(other)
-        return IndexExpr({a: c * k for a, c in self.terms.items()}, self.const * k)
+        return IndexExpr({a: c * k for a, c in self.terms.items()}, self.const * k, self.grid)
 
     __rmul__ = __mul__
 
@@ -175,13 +180,16 @@ class _MGrid:
 
     def __getitem__(self, key) -> _Grid:
         key = key if isinstance(key, tuple) else (key,)
-        exprs = []
+        exprs, grid = [], []
         for position, part in enumerate(key):
             if not isinstance(part, slice) or part.step not in (None, 1):
                 raise InvalidArgumentError("nl.mgrid takes unit-step slices, e.g. nl.mgrid[0:128, 0:512]")
             start = 0 if part.start is None else _as_int(part.start)
             size = _as_int(part.stop) - start
             exprs.append(IndexExpr({IndexAxis(size, position, len(key)): 1}, start))
+            grid.append(size)
+        for expr in exprs:
+            expr.grid = tuple(grid)
         return _Grid(exprs)
 
 

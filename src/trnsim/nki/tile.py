@@ -35,6 +35,9 @@ class Axis:
     pstep: int = 0  # partitions per index step (on-chip partition axis: 1)
     fstep: int = 0  # elements per index step within a partition / within the HBM tensor
     tag: int | None = None  # uid of the arange that indexed this axis
+    # modulo allocation (ncc mod_alloc's num_free_tiles / num_bank_tiles): logical block i of
+    # this axis lives in physical block i % wrap; 0 is no wrapping
+    wrap: int = 0
 
 
 @dataclass
@@ -304,6 +307,8 @@ def index_view(tile: Tile, key) -> Tile:
             continue
         if isinstance(part, DynSlice):
             part = part.as_slice()
+        if axis.wrap:
+            part = _wrapped(part, axis)
         if isinstance(part, slice):
             start, stop, step, past_end = _checked_slice(part, axis.size)
             if past_end is not None:  # legal only where a mask cuts the access back (checked then)
@@ -346,6 +351,23 @@ def index_view(tile: Tile, key) -> Tile:
     if vector is not None:
         view._vector = vector
     return view
+
+
+def _wrapped(part, axis: Axis):
+    """An index of a modulo-allocated block axis, moved to its physical block (i % wrap)."""
+    if isinstance(part, IndexExpr) and not part.terms:
+        part = part.const
+    if isinstance(part, slice):
+        start, stop, step, _ = _checked_slice(part, axis.size)
+        if step == 1 and stop - start <= axis.wrap - start % axis.wrap:  # within one wrap
+            return slice(start % axis.wrap, start % axis.wrap + stop - start)
+    elif not isinstance(part, (IndexExpr, Tile, DynSlice)):
+        index = int(part)
+        return (index + axis.size if index < 0 else index) % axis.wrap \
+            if -axis.size <= index < axis.size else index
+    raise _at_user(InvalidArgumentError(
+        f"{part!r} indexes a modulo-allocated block axis ({axis.size} logical blocks in "
+        f"{axis.wrap} physical ones); index its blocks one at a time or within one wrap"))
 
 
 def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:

@@ -397,7 +397,9 @@ class Trace:
 
     # --- allocation -----------------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype, buffer: str, *, name: str = "",
-                 par_axis: int = 0, offset: int | None = None) -> Tile:
+                 par_axis: int = 0, offset: int | None = None, wrap: tuple[int, ...] = ()) -> Tile:
+        """An on-chip tile (or HBM tensor). `wrap`: per leading block axis, the physical blocks
+        a modulo allocation keeps (logical block i in physical block i % n)."""
         dt = as_dtype(dtype)
         name = name or f"t{next(self._tile_ids)}"
         if buffer in ("hbm", "shared_hbm", "private_hbm"):
@@ -410,7 +412,9 @@ class Trace:
         if partitions > self.core.partitions:
             raise LimitExceededError(f"partition dimension of tile {name!r}", partitions,
                                      self.core.partitions, context=self.core.name)
-        free = [s for i, s in enumerate(shape) if i != par_axis]
+        wrap = tuple(min(int(n), s) for n, s in zip(wrap, shape[:par_axis], strict=False))
+        physical = tuple(wrap) + tuple(shape[len(wrap):])
+        free = [s for i, s in enumerate(physical) if i != par_axis]
         nbytes = prod(free) * dt.itemsize if free else dt.itemsize
         if offset is not None:
             ring = self.psum if memory is Memory.PSUM else self.sbuf
@@ -431,7 +435,12 @@ class Trace:
             self.scopes[-1].tiles.append(storage)
         self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
         self.builder.program.psum_peak_bytes_per_partition = self.psum.peak
-        return self.tile_class(self, storage, _onchip_axes(shape, par_axis), dt, name=name)
+        axes = _onchip_axes(physical, par_axis)
+        if wrap:  # logical sizes, physical strides
+            axes = tuple(Axis(size, a.pstep, a.fstep, a.tag,
+                              wrap[i] if i < len(wrap) and wrap[i] < size else 0)
+                         for i, (a, size) in enumerate(zip(axes, shape, strict=True)))
+        return self.tile_class(self, storage, axes, dt, name=name)
 
     def release(self, tile: Tile) -> None:
         """Free a compiler temporary now (it never outlives the instruction sequence using it)."""

@@ -12,12 +12,14 @@ import numpy as np
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import (
     Activation,
+    Engine,
     TensorCopy,
     TensorCopyPredicated,
     TensorScalar,
     TensorTensor,
     alu_op,
 )
+from trnsim.isa.vector_elementwise import NATIVE_INT_OPS
 from trnsim.nki.operands import is_scalar, mask_of, resolve_dtype, tile_arg, wider
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
@@ -52,7 +54,8 @@ def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
         raw = x if scalar_first else y
         if out_dtype is None and not data.dtype_spec.is_float and _is_float_scalar(raw):
             out_dtype = as_dtype("float32")  # (integer, float): pick the float type
-        return _tensor_scalar(trace, name, data, float(raw), scalar_first, out_dtype, predicate)
+        return _tensor_scalar(trace, name, data, float(raw), scalar_first, out_dtype, predicate,
+                              integer_scalar=isinstance(raw, (int, np.integer)))
     a, b = tile_arg(x, f"nl.{name} operand"), tile_arg(y, f"nl.{name} operand")
     result_dtype = out_dtype or _default_dtype(name, a.dtype_spec, b.dtype_spec)
     if a.shape != b.shape and a.size != b.size:
@@ -69,7 +72,8 @@ def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
         trace.emit_now(TensorTensor, dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
-                       in1=b.access(predicate, tags), op=name)
+                       in1=b.access(predicate, tags), op=name,
+                       engine=_engine_for(name, (a, b, dst), True))
 
     return trace.defer(a.shape, result_dtype, emit, tags=tags)
 
@@ -91,12 +95,23 @@ def _across_partitions(name: str, tile: Tile, a: Tile, b: Tile) -> Tile:
     partitions = max(a.shape[0], b.shape[0])
     if tile.shape[0] != 1 or partitions == 1:
         return tile
+    if tile.shape == (1,):
+        tile = _with_free_axis(tile)  # one element on one partition: a [1, 1] tile
     if tile.ndim != 2:
         raise InvalidArgumentError(f"nl.{name}: broadcasting a {list(tile.shape)} tile across "
                                    f"partitions needs a 2-D [1, F] tile")
     from trnsim.nki.language.memory import broadcast_to
 
     return tile_arg(broadcast_to(tile, shape=(partitions, tile.shape[1])), f"nl.{name} operand")
+
+
+def _with_free_axis(tile: Tile) -> Tile:
+    """A 1-D tile (partition axis only) viewed as [P, 1]: the same bytes with a free axis of one
+    element, so it can be broadcast like any [1, F] tile (`nl.load(t[i, j])` gives such a tile)."""
+    from trnsim.nki.tile import Axis
+
+    return type(tile)(tile._trace, tile._storage, (*tile._axes, Axis(1, 0, 1, None)),
+                      tile.dtype_spec, tile._poffset, tile._foffset, name=tile.name)
 
 
 def broadcast_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
@@ -112,16 +127,30 @@ def broadcast_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
                       tile._foffset, name=tile.name)
 
 
-def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype, predicate) -> Tile:
+def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype, predicate,
+                   integer_scalar: bool = False) -> Tile:
     tags = data.tags
     result_dtype = out_dtype or _default_dtype(op, data.dtype_spec)
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
         value = operand.access(predicate, operand.tags) if isinstance(operand, Tile) else operand
+        tiles = (data, dst, operand) if isinstance(operand, Tile) else (data, dst)
         trace.emit_now(TensorScalar, dst=dst.access(predicate, tags), src=data.access(predicate, tags),
-                       op0=op, operand0=value, reverse0=reverse)
+                       op0=op, operand0=value, reverse0=reverse,
+                       engine=_engine_for(op, tiles, isinstance(operand, Tile) or integer_scalar))
 
     return trace.defer(data.shape, result_dtype, emit, tags=tags)
+
+
+def _engine_for(op: str, tiles, integer_scalars: bool) -> Engine:
+    """GpSimd when every tile is a 32-bit integer outside PSUM and any scalar a Python int (its
+    native integer arithmetic, NKI ISA docs for tensor_tensor: an int32/uint32-only operation
+    "defaults to GpSimd Engine ... falls back to Vector Engine when any operand resides in PSUM"),
+    else VectorE."""
+    if (op in NATIVE_INT_OPS and integer_scalars
+            and all(t.dtype_spec.name in ("int32", "uint32") and t.buffer != "psum" for t in tiles)):
+        return Engine.GPSIMD
+    return Engine.VECTOR
 
 
 def _is_float_scalar(value) -> bool:

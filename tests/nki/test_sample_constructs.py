@@ -1,0 +1,103 @@
+"""Constructs nki-samples' kernels use (flash attention's sink scalar, resize's integer index
+arithmetic, select-and-scatter's nl.where, rmsnorm's PSUM modulo allocation), each checked
+against numpy so CI does not need the samples' repository."""
+
+import numpy as np
+
+from trnsim import nki
+from trnsim.nki import compiler as ncc
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+
+
+def test_a_one_element_tile_broadcasts_across_partitions(rng):
+    # flash attention backward: nl.load(sinks[b, h], dtype=...) is a [1] tile added to [P, 1]
+    sinks = rng.standard_normal((2, 3)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+
+    @nki.jit
+    def plane(s, c):
+        out = nl.ndarray((2, 3, 128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        for b in nl.affine_range(2):
+            for h in nl.affine_range(3):
+                sigma = nl.load(s[b, h], dtype=nl.float32)
+                zeros = nl.zeros((nl.par_dim(128), 1), dtype=nl.float32)
+                nl.store(out[b, h, :, 0:1], value=nl.add(zeros, sigma, dtype=nl.float32))
+                nl.store(out[b, h, :, 1:2], value=nl.multiply(nl.load(c), sigma))
+        return out
+
+    got = plane(sinks, col)
+    np.testing.assert_array_equal(got[..., 0], np.broadcast_to(sinks[:, :, None], (2, 3, 128)))
+    np.testing.assert_allclose(got[..., 1:2], col * sinks[:, :, None, None], rtol=1e-6)
+
+
+def test_integer_tiles_divide_and_mod_in_native_integer_arithmetic():
+    # resize_nearest: nl.floor(pos_iota / out_w, dtype=int32) with an int32 iota tile; an
+    # int32-only operation runs on GpSimd in integer arithmetic (the quotient truncates)
+    @nki.jit
+    def coords(x):
+        out = nl.ndarray((3, 128, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        pos = nisa.iota(2176 + nl.arange(128)[:, None], dtype=nl.int32)
+        nl.store(out[0], value=nl.floor(pos / 38, dtype=nl.int32))
+        nl.store(out[1], value=nl.mod(pos, 38, dtype=nl.int32))
+        nl.store(out[2], value=nl.subtract(pos, 4000) / 7)  # negative: C's truncation toward zero
+        return out
+
+    got = coords(np.zeros((1, 1), np.float32))
+    pos = 2176 + np.arange(128, dtype=np.int64)[:, None]
+    np.testing.assert_array_equal(got[0], pos // 38)
+    np.testing.assert_array_equal(got[1], pos % 38)
+    np.testing.assert_array_equal(got[2], np.trunc((pos - 4000) / 7).astype(np.int32))
+
+
+def test_a_float_operand_keeps_float_arithmetic_on_integer_tiles():
+    @nki.jit
+    def scaled(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        pos = nisa.iota(nl.arange(128)[:, None], dtype=nl.int32)
+        nl.store(out, value=nl.multiply(pos, 30 / 59, dtype=nl.float32))
+        return out
+
+    expected = (np.arange(128, dtype=np.float32) * np.float32(30 / 59))[:, None]
+    np.testing.assert_allclose(scaled(np.zeros((1, 1), np.float32)), expected, rtol=1e-6)
+
+
+def test_an_expression_of_mgrid_indices_has_the_whole_grid_shape():
+    # select_and_scatter: nisa.iota(3 * g.y + g.z) over nl.mgrid[0:p, 0:w, 0:3, 0:3] is a dense
+    # [p, w, 3, 3] tile (nl.mgrid is numpy's dense mgrid), usable with full-shape masks
+    @nki.jit
+    def ranks(x):
+        out = nl.ndarray((128, 4, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        g = nl.mgrid[0:128, 0:4, 0:3, 0:3]
+        linear = nisa.iota(3 * g.y + g.z, dtype=nl.uint32)
+        assert linear.shape == (128, 4, 3, 3)
+        hit = nl.equal(nl.load(x), 1.0, dtype=nl.uint8)
+        nl.store(out, value=nl.where(hit, linear, 9, dtype=nl.float32))
+        return out
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2, (128, 4, 3, 3)).astype(np.float32)
+    linear = np.broadcast_to((3 * np.arange(3)[:, None] + np.arange(3)), (128, 4, 3, 3))
+    np.testing.assert_array_equal(ranks(x), np.where(x == 1.0, linear, 9).astype(np.float32))
+
+
+def test_psum_modulo_allocation_maps_logical_blocks_onto_fewer_banks(rng):
+    # allocated rmsnorm_qkv: (16, 128, 512) fp32 PSUM tiles in one bank (num_bank_tiles=(1,));
+    # 8 blocks from bank 2 would pass the 8 banks; block m lives in bank 2 + m % 1
+    x = rng.standard_normal((8, 128, 512)).astype(np.float32)
+
+    @nki.jit
+    def through_one_bank(a):
+        out = nl.ndarray((8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        staged = nl.ndarray((8, nl.par_dim(128), 512), dtype=nl.float32,
+                            buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(1,)))
+        ring = nl.ndarray((8, nl.par_dim(128), 512), dtype=nl.float32,
+                          buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        for m in nl.affine_range(8):
+            staged[m] = nl.multiply(nl.load(a[m]), float(m + 1))
+            ring[m] = nl.copy(staged[m])
+            nl.store(out[m], value=ring[m])
+        return out
+
+    got = through_one_bank(x)
+    np.testing.assert_allclose(got, x * np.arange(1, 9, dtype=np.float32)[:, None, None], rtol=1e-6)
