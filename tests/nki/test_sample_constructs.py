@@ -3,8 +3,10 @@ arithmetic, select-and-scatter's nl.where, rmsnorm's PSUM modulo allocation), ea
 against numpy so CI does not need the samples' repository."""
 
 import numpy as np
+import pytest
 
 from trnsim import nki
+from trnsim.errors import LimitExceededError
 from trnsim.nki import compiler as ncc
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
@@ -101,3 +103,36 @@ def test_psum_modulo_allocation_maps_logical_blocks_onto_fewer_banks(rng):
 
     got = through_one_bank(x)
     np.testing.assert_allclose(got, x * np.arange(1, 9, dtype=np.float32)[:, None, None], rtol=1e-6)
+
+
+def test_sbuf_tiles_dead_before_the_scope_ends_free_their_space(rng):
+    # select_and_scatter keeps a padded copy of its input alive by scope only; the compiler
+    # frees a tile after its last use, so the later [128, 112, 112] tiles fit
+    x = rng.standard_normal((128, 24000)).astype(np.float32)
+    y = rng.standard_normal((128, 24000)).astype(np.float32)
+
+    @nki.jit
+    def two_big(a, b):
+        out = nl.ndarray((128, 24000), dtype=nl.float32, buffer=nl.shared_hbm)
+        first = nl.load(a)  # 96000 bytes per partition
+        total = nl.sum(first, axis=1, keepdims=True)  # first's last use
+        second = nl.load(b)  # 96000 more: 192000 > 180224 if first lived to the scope's end
+        second[...] = nl.add(second, total)
+        nl.store(out, value=second)
+        return out
+
+    np.testing.assert_allclose(two_big(x, y), y + x.sum(axis=1, keepdims=True), rtol=1e-4,
+                               atol=1e-3)
+
+
+def test_sbuf_that_does_not_fit_even_with_liveness_is_still_refused():
+    @nki.jit
+    def too_big(a):
+        out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        t1 = nl.full((128, 30000), 1.0, dtype=nl.float32)
+        t2 = nl.full((128, 30000), 2.0, dtype=nl.float32)
+        nl.store(out, value=nl.add(t1[:, 0:2], t2[:, 0:2]))
+        return out
+
+    with pytest.raises(LimitExceededError, match="sbuf allocation"):
+        too_big(np.zeros((1, 1), np.float32))

@@ -13,6 +13,7 @@ HBM. Output tensors allocated in the kernel are shared by all instances.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from trnsim import hardware
-from trnsim.errors import InvalidArgumentError, TrnsimError
+from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
 from trnsim.isa import Program
 from trnsim.nki.language.buffers import nc, spmd_dim
 from trnsim.nki.tile import Tile
@@ -164,10 +165,30 @@ class Kernel:
         return traced
 
     def _trace(self, bound: inspect.BoundArguments, core) -> Traced:
+        """Trace with SBUF tiles freed when their loop iteration ends; if they do not fit,
+        trace again freeing each after its last use (the compiler's liveness-based allocation;
+        the last uses come from a trace with unbounded SBUF)."""
+        try:
+            return self._trace_with(bound, core)
+        except LimitExceededError as error:
+            if "sbuf allocation" not in str(error):
+                raise
+        probes: list[Trace] = []
+        # the probe only collects last uses; the real trace reports what does not fit
+        # the probe only collects last uses; the real trace reports what does not fit
+        with contextlib.suppress(LimitExceededError):
+            self._trace_with(bound, core, lambda i, t: (_overcommit_sbuf(t), probes.append(t)))
+        return self._trace_with(bound, core, lambda i, t: t.free_after_last_use(
+            probes[i].last_use if i < len(probes) else []))
+
+    def _trace_with(self, bound: inspect.BoundArguments, core, prepare=None) -> Traced:
         sizes, cores_per_dim = _grid_shape(self.grid)
         n_cores = prod(abs(c) for c in cores_per_dim)
         name = self.fn.__name__
         traces = [Trace(name + (f"_nc{c}" if n_cores > 1 else ""), core) for c in range(n_cores)]
+        for i, trace in enumerate(traces):
+            if prepare is not None:
+                prepare(i, trace)
         for trace in traces[1:]:
             trace.shared_outputs = traces[0].shared_outputs
         args_of: dict[int, dict] = {}
@@ -202,6 +223,11 @@ class Kernel:
         written = set().union(*(t.written_inputs for t in traces))
         return Traced(programs, outputs, input_names, shared, structure, written)
 
+
+
+def _overcommit_sbuf(trace: Trace) -> None:
+    """A probe trace: SBUF tiles that do not fit overlap others (nothing is simulated)."""
+    trace.sbuf.overcommit = True
 
 
 def tile_arguments(trace: Trace, arguments: dict) -> dict:

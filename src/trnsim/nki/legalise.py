@@ -96,6 +96,9 @@ def _start_allowed(trace: Trace, instruction: Instruction, ap: AccessPattern) ->
     return True
 
 
+STAGING = "staging"  # the name of the compiler temporaries below
+
+
 def _temporary(trace: Trace, ap: AccessPattern, memory: Memory, *,
                from_partition_zero: bool = False) -> _Temp:
     """A dense tile in `memory` over the same partitions as `ap` (engines keep partitions),
@@ -103,7 +106,7 @@ def _temporary(trace: Trace, ap: AccessPattern, memory: Memory, *,
     p0 = 0 if from_partition_zero else ap.partition_start
     free = ap.free_size
     buffer = "psum" if memory is Memory.PSUM else "sbuf"
-    tile = trace.allocate((p0 + ap.partitions, free), ap.dtype, buffer, name="staging")
+    tile = trace.allocate((p0 + ap.partitions, free), ap.dtype, buffer, name=STAGING)
     base = tile.access()
     return _Temp(tile, AccessPattern(memory=memory, dtype=ap.dtype, partitions=ap.partitions,
                                      dims=row_major_dims(ap.free_shape), offset=base.offset,

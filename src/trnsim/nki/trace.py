@@ -78,6 +78,7 @@ def api(label: str):
             if trace is None or trace.label is not None:
                 return fn(*args, **kwargs)
             trace.label, trace.source = label, user_location()
+            trace.begin_call()
             try:
                 return fn(*args, **kwargs)
             except MaskedOut:  # its mask selects nothing: the compiler drops the instruction
@@ -104,6 +105,7 @@ class RingAllocator:
         self.live: dict[int, tuple[int, str]] = {}
         self.cursor = 0
         self.peak = 0
+        self.overcommit = False  # a probe trace: place what does not fit over other tiles
 
     def allocate(self, nbytes: int, name: str, align: int) -> int:
         nbytes = max(nbytes, 1)
@@ -114,6 +116,8 @@ class RingAllocator:
                 self.cursor = offset + nbytes
                 self.peak = max(self.peak, sum(s for s, _ in self.live.values()))
                 return offset
+        if self.overcommit and nbytes <= self.capacity:
+            return 0
         used = sum(s for s, _ in self.live.values())
         if used + nbytes <= self.capacity:
             raise LimitExceededError(
@@ -202,6 +206,37 @@ class Trace:
         self._written_onchip: set[str] = set()  # SBUF/PSUM tiles some instruction has written
         self._warned: set[tuple] = set()
         self._psum_spans: dict[str, list] = {}  # PSUM byte ranges written, per tile
+        # SBUF liveness (see `free_after_last_use`): per automatically allocated SBUF tile, in
+        # allocation order, the last nl/nisa call whose instructions touched it (calls are
+        # counted, not instructions: staging copies may differ between traces, calls do not)
+        self.last_use: list[int] = []
+        self._free_at: dict[int, list[Storage]] | None = None
+        self._planned_last_use: list[int] = []
+        self._sbuf_by_name: dict[str, int] = {}
+        self.calls = 0
+
+    def free_after_last_use(self, last_use: list[int]) -> None:
+        """Free each automatically allocated SBUF tile once the last nl/nisa call using it is
+        done (`last_use` from a previous trace of the same kernel), as the compiler's
+        liveness-based allocator does, instead of when its loop iteration ends."""
+        self._free_at = {}
+        self._planned_last_use = list(last_use)
+
+    def begin_call(self) -> None:
+        """A kernel's nl/nisa call starts: free the SBUF tiles whose last use was earlier (the
+        simulator orders the reuse of their bytes by the dependencies)."""
+        self.calls += 1
+        if not self._free_at:
+            return
+        for call in [c for c in self._free_at if c < self.calls]:
+            for storage in self._free_at.pop(call):
+                if not storage.freed:
+                    storage.freed = True
+                    storage.freed_by = ("last use", call, self.source)
+                    storage.free_callback()
+                    for scope in self.scopes:
+                        if storage in scope.tiles:
+                            scope.tiles.remove(storage)
 
     # --- dtypes as users see them ---------------------------------------------------------------
     def user_dtype(self, dt: DType):
@@ -291,11 +326,20 @@ class Trace:
                     f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
                     f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
                     f"the simulated values are NaN)"), stacklevel=2)
+        self._note_sbuf_uses(inner)
         for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
             if ap.memory is Memory.PSUM:
                 self._psum_spans.setdefault(ap.tensor, []).append(_span(ap))
+
+    def _note_sbuf_uses(self, instruction: Instruction) -> None:
+        """Record the current call as the latest use of the SBUF tiles the instruction touches."""
+        for ap in (*instruction.reads(), *instruction.writes()):
+            if ap.memory is Memory.SBUF:
+                serial = self._sbuf_by_name.get(ap.tensor)
+                if serial is not None:
+                    self.last_use[serial] = self.calls
 
     def psum_written(self, tile: Tile) -> bool:
         """Has any instruction written bytes of this PSUM view? (`psum += matmul` into bytes
@@ -416,6 +460,7 @@ class Trace:
         physical = tuple(wrap) + tuple(shape[len(wrap):])
         free = [s for i, s in enumerate(physical) if i != par_axis]
         nbytes = prod(free) * dt.itemsize if free else dt.itemsize
+        placed = offset is not None
         if offset is not None:
             ring = self.psum if memory is Memory.PSUM else self.sbuf
             ring.live[offset] = (nbytes, name)
@@ -431,6 +476,8 @@ class Trace:
                           scope=self._scope_key(), source=self.source)
         ring = self.psum if memory is Memory.PSUM else self.sbuf
         storage.free_callback = lambda: ring.free(offset)
+        if memory is Memory.SBUF and not placed and name != legalise.STAGING:
+            self._track_sbuf(storage)  # (staging copies depend on addresses: not counted)
         if self.scopes:
             self.scopes[-1].tiles.append(storage)
         self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
@@ -441,6 +488,15 @@ class Trace:
                               wrap[i] if i < len(wrap) and wrap[i] < size else 0)
                          for i, (a, size) in enumerate(zip(axes, shape, strict=True)))
         return self.tile_class(self, storage, axes, dt, name=name)
+
+    def _track_sbuf(self, storage: Storage) -> None:
+        serial = len(self.last_use)
+        self.last_use.append(-1)
+        self._sbuf_by_name[storage.name] = serial
+        if self._free_at is not None and serial < len(self._planned_last_use):
+            last = self._planned_last_use[serial]
+            if last >= self.calls:  # (never used: -1, freed with its scope)
+                self._free_at.setdefault(last, []).append(storage)
 
     def release(self, tile: Tile) -> None:
         """Free a compiler temporary now (it never outlives the instruction sequence using it)."""
