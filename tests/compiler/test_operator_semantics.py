@@ -95,6 +95,16 @@ def test_zero_size_operators_run_elementwise_or_are_refused_by_name(fn, inputs):
         compiled(fn, *inputs)
 
 
+def test_an_empty_slice_that_cat_drops_is_not_refused():
+    """Phi-3's partial rotary with the rotary dimension the whole head: q[..., d:] is empty and
+    only ever concatenated; eager PyTorch computes the rotated part alone."""
+    def rotary(q):
+        rot, rest = q[..., :8], q[..., 8:]
+        return torch.cat([rot * 2, rest], dim=-1)
+
+    same_as_eager(rotary, torch.randn(2, 3, 8))
+
+
 def test_int64_values_outside_int32_are_refused_never_clipped():
     traced = compiled(lambda x: x + 1, torch.tensor([1, 2]))
     assert torch.equal(traced(torch.tensor([5, -7])), torch.tensor([6, -6]))

@@ -84,12 +84,18 @@ _SHAPE_ONLY = ("input", "constant", "scalar", "full", "arange", "output")
 
 
 def check_zero_size(graph) -> None:
-    """Refuse, by name, an operator that is not element-wise on a tensor with no elements."""
+    """Refuse, by name, an operator that is not element-wise on a tensor with no elements that
+    an output depends on (an empty slice that `cat` drops, as Phi-3's partial rotary makes when
+    the rotary dimension is the whole head, computes nothing)."""
     from trnsim.compiler.errors import ZeroSizeTensorError
     from trnsim.compiler.ops import ELEMENTWISE
 
+    live: set[int] = {id(o) for o in graph.outputs}
+    for node in reversed(graph.nodes):
+        if id(node) in live:
+            live.update(id(i) for i in node.inputs)
     for node in graph.nodes:
-        if node.op in ELEMENTWISE or node.op in _SHAPE_ONLY:
+        if node.op in ELEMENTWISE or node.op in _SHAPE_ONLY or id(node) not in live:
             continue
         for value in (node, *node.inputs):
             if 0 in value.shape:
