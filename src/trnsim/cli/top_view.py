@@ -105,14 +105,15 @@ def cpu_table(samples: list[ProcessSample], host: HostSample) -> Table:
 
 
 def memory_table(samples: list[ProcessSample], instance: str, host: HostSample) -> Table:
+    """neuron-top's summary: the host (used / total, the processes' resident memory) and the
+    instance's device memory by neuron-monitor's kinds."""
+    kinds = ("constants", "tensors", "model_code", "runtime_memory", "model_shared_scratchpad")
     table = Table(title="Memory Usage Summary", box=box.SIMPLE, title_justify="left")
-    table.add_column("")
-    table.add_column("total", justify="right")
-    for kind in ("constants", "tensors", "model_code", "runtime_memory", "model_shared_scratchpad"):
-        table.add_column(kind.replace("_", " "), justify="right")
+    for header in ("", "used / total", *(k.replace("_", " ") for k in kinds), "app. memory"):
+        table.add_column(header, justify="left" if not header else "right")
     table.add_row("host", f"{_bytes(host.memory_used_bytes)} / {_bytes(host.memory_total_bytes)}",
-                  "", "", "", _bytes(sum(s.record["host_memory_bytes"] for s in samples)), "")
-    device = {}
+                  *[""] * len(kinds), _bytes(sum(s.record["host_memory_bytes"] for s in samples)))
+    device: dict[str, int] = {}
     for s in samples:
         for c in s.cores:
             if c.instance == instance:
@@ -120,8 +121,7 @@ def memory_table(samples: list[ProcessSample], instance: str, host: HostSample) 
                     device[kind] = device.get(kind, 0) + n
     spec = hardware.instance(instance)
     table.add_row("device", f"{_bytes(sum(device.values()))} / {_bytes(spec.chips * spec.chip.memory_bytes)}",
-                  *[_bytes(device.get(k, 0)) for k in ("constants", "tensors", "model_code",
-                                                       "runtime_memory", "model_shared_scratchpad")])
+                  *[_bytes(device.get(k, 0)) for k in kinds], "")
     return table
 
 
