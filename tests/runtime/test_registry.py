@@ -169,3 +169,41 @@ def test_a_compiled_models_calls_are_counted(registry, monkeypatch):
     assert core["device_ns"] == pytest.approx(3 * compiled.timing().total_ns)
     assert core["engine_busy_ns"]["tensor"] > 0 and core["dma_bytes"] > 0 and core["flops"] > 0
     assert snapshot["execution_status"]["incorrect_input"] == 1
+
+
+def test_training_graphs_and_serving_steps_are_counted(registry, monkeypatch):
+    from types import SimpleNamespace
+
+    from trnsim.runtime.registry import process, serving_model, serving_step, training_step
+    from trnsim.runtime.xla.memory import HbmUse
+
+    monkeypatch.setenv(store.DIR_ENV, str(registry))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(process, "_current", None)
+    executor = SimpleNamespace(instance=SimpleNamespace(name="trn1.2xlarge"))
+    graph = SimpleNamespace(key="abcdef0123456789", why="mark_step", collective_ns=100.0,
+                            hbm=HbmUse(weights=1000, gradients=1000, optimizer_state=2000,
+                                       activations=500, capacity=1 << 30))
+    for _ in range(2):
+        with training_step(executor, graph):
+            graph.compiled = SimpleNamespace(device_ns=900.0, flops=7,
+                                             engine_utilisation={"tensor": 0.5})
+    served = serving_model("tiny-llm", "inf2.xlarge", [0])
+    with serving_step(served, device_ms=2.0):
+        pass
+    with pytest.raises(RuntimeError), serving_step(served, device_ms=2.0):
+        raise RuntimeError("a failed batch")
+    record = process.current()
+    snapshot = record.snapshot()
+    record.close()
+    cores = {(c["instance"], c["core"]): c for c in snapshot["cores"]}
+    trained = cores["trn1.2xlarge", 1]
+    assert trained["executions"] == 2 and trained["device_ns"] == 2 * 1000.0
+    assert trained["engine_busy_ns"]["tensor"] == 2 * 450.0 and trained["flops"] == 14
+    [graph_model] = [m for m in snapshot["models"] if m["kind"] == "training"]
+    assert graph_model["hbm_per_core"]["tensors"] == 3000
+    assert graph_model["hbm_per_core"]["model_shared_scratchpad"] == 500
+    serving = cores["inf2.xlarge", 0]
+    assert (serving["executions"], serving["errors"], serving["device_ns"]) == (1, 1, 2e6)
+    assert snapshot["execution_status"]["completed_with_err"] == 1
+    assert snapshot["device_wall_s"] >= 0 and snapshot["timeline_ns"] == 2000.0 + 2e6
