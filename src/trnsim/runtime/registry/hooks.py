@@ -45,10 +45,13 @@ def model_execution(model: Any):
     """Count one call of a `CompiledModel` (the `with` body runs it and fills `Run.profiles`)."""
     record = current()
     run = Run()
-    if record is None:
+    try:
+        loaded = _loaded(model, record) if record is not None else None
+    except TrnsimError:  # e.g. cores it cannot be given: the call itself will say so
+        loaded = None
+    if loaded is None or not loaded.copies:
         yield run
         return
-    loaded = _loaded(model, record)
     model_id, cores = loaded.copies[loaded.calls % len(loaded.copies)]
     loaded.calls += 1
     started = record.begin()
