@@ -51,7 +51,7 @@ def test_default_directory_is_per_user(monkeypatch, tmp_path):
 def test_counters_round_trip_and_record_is_removed_at_close(registry):
     record = _record(registry)
     model = record.load_model(name="m", kind="inference", instance="inf2.xlarge", cores=[1],
-                              hbm_per_core={"constants": 100, "tensors": 20})
+                              hbm_by_core={1: {"constants": 100, "tensors": 20}})
     started = record.begin()
     record.executed(model, started, device_ns=2_000.0,
                     per_core={1: {"engine_busy_ns": {"tensor": 500.0}, "dma_bytes": 64, "flops": 10}})
@@ -64,7 +64,7 @@ def test_counters_round_trip_and_record_is_removed_at_close(registry):
     assert core["engine_busy_ns"] == {"tensor": 500.0} and core["dma_bytes"] == 64
     assert read["execution_status"]["completed"] == 1
     assert read["execution_status"]["incorrect_input"] == 1
-    assert read["models"][0]["hbm_per_core"]["constants"] == 100
+    assert read["models"][0]["hbm"]["1"]["constants"] == 100
     assert len(read["latency"]) == 1 and read["latency"][0][2] == pytest.approx(2e-6)
     assert not [p for p in registry.iterdir() if p.name.startswith(store.TEMP_PREFIX)]
     record.close()
@@ -78,7 +78,7 @@ def test_a_killed_process_leaves_no_entry(registry):
         from trnsim.runtime.registry.process import ProcessRecord
         record = ProcessRecord(__import__("pathlib").Path({str(registry)!r}))
         record.load_model(name="m", kind="inference", instance="trn1.2xlarge", cores=[0],
-                          hbm_per_core={{}})
+                          hbm_by_core={{}})
         record.flush()
         print("ready", flush=True)
         time.sleep(60)
@@ -163,7 +163,7 @@ def test_a_compiled_models_calls_are_counted(registry, monkeypatch):
     monkeypatch.setattr(process, "_current", None)
     [loaded] = snapshot["models"]
     assert loaded["instance"] == "inf2.xlarge" and loaded["cores"] == [0]
-    assert loaded["hbm_per_core"]["constants"] >= (32 * 16 + 16) * 2  # the weights, bf16 or wider
+    assert loaded["hbm"]["0"]["constants"] >= (32 * 16 + 16) * 2  # the weights, bf16 or wider
     [core] = snapshot["cores"]
     assert core["executions"] == 3 and core["errors"] == 1
     assert core["device_ns"] == pytest.approx(3 * compiled.timing().total_ns)
@@ -201,8 +201,8 @@ def test_training_graphs_and_serving_steps_are_counted(registry, monkeypatch):
     assert trained["executions"] == 2 and trained["device_ns"] == 2 * 1000.0
     assert trained["engine_busy_ns"]["tensor"] == 2 * 450.0 and trained["flops"] == 14
     [graph_model] = [m for m in snapshot["models"] if m["kind"] == "training"]
-    assert graph_model["hbm_per_core"]["tensors"] == 3000
-    assert graph_model["hbm_per_core"]["model_shared_scratchpad"] == 500
+    assert graph_model["hbm"]["1"]["tensors"] == 3000
+    assert graph_model["hbm"]["1"]["model_shared_scratchpad"] == 500
     serving = cores["inf2.xlarge", 0]
     assert (serving["executions"], serving["errors"], serving["device_ns"]) == (1, 1, 2e6)
     assert snapshot["execution_status"]["completed_with_err"] == 1

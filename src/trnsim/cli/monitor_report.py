@@ -233,7 +233,7 @@ class Monitor:
                 continue
             graphs = {}
             for i, core in enumerate(model["cores"]):
-                hbm = model["hbm_per_core"]
+                hbm = model["hbm"][str(core)]
                 graphs[f"sg_{i:02d}"] = {
                     "memory_used_bytes": {
                         "host": 0, "neuron_device": sum(hbm.values()),

@@ -134,10 +134,10 @@ def models_table(samples: list[ProcessSample], instance: str) -> Table:
         for model in s.record["models"]:
             if model["instance"] != instance:
                 continue
-            per_core = sum(model["hbm_per_core"].values())
+            device = sum(sum(kinds.values()) for kinds in model["hbm"].values())
             table.add_row(str(s.pid), str(model["model_id"]), model["name"], model["kind"],
-                          ",".join(map(str, model["cores"])),
-                          _bytes(per_core * len(model["cores"])), str(model["executions"]))
+                          ",".join(map(str, model["cores"])), _bytes(device),
+                          str(model["executions"]))
     return table
 
 

@@ -65,8 +65,7 @@ def model_execution(model: Any):
                       error="runtime" if isinstance(error, TrnsimError) else "generic")
         raise
     if loaded.cost is None:
-        profiles = run.profiles if run.profiles else model.rank_timings()
-        loaded.cost = _cost(profiles, physical=1 if model.partner_source is None else 2)
+        loaded.cost = _cost(model.plan, run.profiles or model.rank_timings())
     device_ns, by_position = loaded.cost
     record.executed(model_id, started, device_ns=device_ns,
                     per_core={core: by_position.get(i) for i, core in enumerate(cores)})
@@ -76,11 +75,15 @@ def _loaded(model: Any, record: ProcessRecord) -> _Loaded:
     loaded = model.__dict__.get("_registry_entry")
     if loaded is not None and loaded.record is record:
         return loaded
-    hbm = program_hbm(model.program)
+    plan = model.plan
+    positions = logical_positions(plan)
+    hbm = {}  # per logical core of a copy: its first physical core's program
+    for core, position in zip(plan.cores, positions, strict=True):
+        hbm.setdefault(position, program_hbm(plan.program(core.program)))
     copies = []
-    for cores in _copies(model):
+    for cores in _copies(model, len(hbm)):
         model_id = record.load_model(name=model.name, kind="inference", instance=model.instance,
-                                     cores=cores, hbm_per_core=hbm)
+                                     cores=cores, hbm_by_core={c: hbm[i] for i, c in enumerate(cores)})
         copies.append((model_id, cores))
     loaded = _Loaded(record, copies)
     for model_id, _ in copies:  # unloaded when the model is garbage-collected
@@ -89,17 +92,23 @@ def _loaded(model: Any, record: ProcessRecord) -> _Loaded:
     return loaded
 
 
-def _copies(model: Any) -> list[list[int]]:
-    """The cores of each copy: a copy spans its tensor-parallel ranks or pipeline stages;
-    copies take the placed cores in turn (the runtime's round-robin)."""
-    per = max(getattr(model, "tensor_parallel", 1) or 1, len(getattr(model, "stages", ()) or ()), 1)
-    placed = list(dict.fromkeys(getattr(model, "placement", None) or []))
+def logical_positions(plan: Any) -> list[int]:
+    """Each planned core's logical NeuronCore within one copy (0, 1, ...): the physical cores of
+    a logical core (LNC=2) share one."""
+    order: dict[tuple[int, int], int] = {}
+    return [order.setdefault((c.slot.chip, c.slot.group), len(order)) for c in plan.cores]
+
+
+def _copies(model: Any, per: int) -> list[list[int]]:
+    """The cores of each copy (`per` logical cores each: its ranks or stages); copies take the
+    placed cores in turn, as the runtime places them round-robin."""
+    placed = list(dict.fromkeys(model.placement or []))
     if len(placed) < per:
         try:
             visible = model.visible_cores()
         except TrnsimError:
             visible = list(range(per))
-        placed = (placed + [c for c in visible if c not in placed])[:per] or list(range(per))
+        placed = (placed + [c for c in visible if c not in placed])[:per]
     return [placed[i:i + per] for i in range(0, len(placed) - per + 1, per)]
 
 
@@ -113,20 +122,23 @@ def program_hbm(program: Any) -> dict[str, int]:
     return used
 
 
-def _cost(profiles: list, physical: int) -> tuple[float, dict]:
-    """Device time of one execution, and per logical core position: engine busy ns (averaged
-    over its physical cores), DMA bytes and FLOPs."""
-    device_ns = max((p.total_ns for p in profiles), default=0.0)
-    positions: dict[int, dict] = {}
-    for index, profile in enumerate(profiles):
+def _cost(plan: Any, profiles: list) -> tuple[float, dict]:
+    """Device time of one execution (the stages one after another, each as long as its slowest
+    core), and per logical core of the copy: engine busy ns (averaged over its physical cores),
+    DMA bytes and FLOPs."""
+    device_ns = sum(max(profiles[i].total_ns for i in stage) for stage in plan.stages())
+    positions = logical_positions(plan)
+    physical = {p: positions.count(p) for p in positions}
+    costs: dict[int, dict] = {}
+    for position, profile in zip(positions, profiles, strict=True):
         summary = profile.summary
-        cost = positions.setdefault(index // physical,
-                                    {"engine_busy_ns": {}, "dma_bytes": 0, "flops": 0})
+        cost = costs.setdefault(position, {"engine_busy_ns": {}, "dma_bytes": 0, "flops": 0})
+        busy = cost["engine_busy_ns"]
         for engine, ns in summary.engine_active_ns.items():  # "dma": any queue in flight
-            cost["engine_busy_ns"][engine] = cost["engine_busy_ns"].get(engine, 0.0) + ns / physical
+            busy[engine] = busy.get(engine, 0.0) + ns / physical[position]
         cost["dma_bytes"] += summary.dma_bytes
         cost["flops"] += summary.tensor_flops
-    return device_ns, positions
+    return device_ns, costs
 
 
 # --- training graphs (trnsim.runtime.xla) -----------------------------------------------------
@@ -152,7 +164,7 @@ def training_step(executor: Any, graph: Any):
         core = int(os.environ.get("LOCAL_RANK", "0") or 0)
         loaded[key] = (record.load_model(name=f"{graph.why} graph {graph.key[:8]}", kind="training",
                                          instance=executor.instance.name, cores=[core],
-                                         hbm_per_core=_training_hbm(getattr(graph, "hbm", None))),
+                                         hbm_by_core={core: _training_hbm(getattr(graph, "hbm", None))}),
                        core)
     model_id, core = loaded[key]
     busy = {engine: share * compiled.device_ns for engine, share in compiled.engine_utilisation.items()}
@@ -176,7 +188,7 @@ def serving_model(name: str, instance: str, cores: list[int]) -> int | None:
     if record is None:
         return None
     return record.load_model(name=name, kind="serving", instance=instance, cores=cores,
-                             hbm_per_core={})
+                             hbm_by_core={})
 
 
 @contextlib.contextmanager

@@ -65,16 +65,17 @@ class ProcessRecord:
 
     # --- what the process holds -----------------------------------------------------------
     def load_model(self, *, name: str, kind: str, instance: str, cores: list[int],
-                   hbm_per_core: dict[str, int]) -> int:
+                   hbm_by_core: dict[int, dict[str, int]]) -> int:
         """A model (or training graph, or served model) placed on `cores` of `instance`;
-        ``hbm_per_core`` is its device memory on each of them by neuron-monitor's kinds."""
+        ``hbm_by_core``: its device memory on each core by neuron-monitor's kinds."""
         with self._lock:
             model_id = self._next_model_id
             self._next_model_id += 1
             self._models[model_id] = {
                 "model_id": model_id, "uuid": uuid.uuid4().hex, "name": name, "kind": kind,
                 "instance": instance, "cores": list(cores),
-                "hbm_per_core": {k: int(hbm_per_core.get(k, 0)) for k in HBM_KINDS},
+                "hbm": {str(core): {k: int(hbm_by_core.get(core, {}).get(k, 0)) for k in HBM_KINDS}
+                        for core in cores},
                 "loaded_at": time.time(), "executions": 0, "last_execution_at": None}
             for core in cores:
                 self._core(instance, core)
@@ -163,7 +164,8 @@ class ProcessRecord:
                     "timeline_ns": self._timeline_ns, "device_wall_s": self._device_wall_s + busy,
                     "execution_status": dict(self._status), "errors": dict(self._errors),
                     "latency": [list(row) for row in self._latency],
-                    "models": [dict(m, cores=list(m["cores"])) for m in self._models.values()],
+                    "models": [dict(m, cores=list(m["cores"]), hbm={c: dict(h) for c, h in m["hbm"].items()})
+                               for m in self._models.values()],
                     "cores": [dict(c, engine_busy_ns=dict(c["engine_busy_ns"]))
                               for c in self._cores.values()]}
 

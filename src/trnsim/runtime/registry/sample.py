@@ -102,7 +102,7 @@ def _hbm_by_core(models: list[dict]) -> dict[tuple[str, int], dict[str, int]]:
     for model in models:
         for core in model["cores"]:
             slot = used.setdefault((model["instance"], core), dict.fromkeys(HBM_KINDS, 0))
-            for kind, nbytes in model["hbm_per_core"].items():
+            for kind, nbytes in model["hbm"].get(str(core), {}).items():
                 slot[kind] = slot.get(kind, 0) + nbytes
     return used
 
