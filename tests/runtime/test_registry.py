@@ -207,3 +207,29 @@ def test_training_graphs_and_serving_steps_are_counted(registry, monkeypatch):
     assert (serving["executions"], serving["errors"], serving["device_ns"]) == (1, 1, 2e6)
     assert snapshot["execution_status"]["completed_with_err"] == 1
     assert snapshot["device_wall_s"] >= 0 and snapshot["timeline_ns"] == 2000.0 + 2e6
+
+
+def test_tensor_parallel_copies_hold_their_ranks_cores(registry, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import trnsim
+    from trnsim.runtime.registry import process
+
+    monkeypatch.setenv(store.DIR_ENV, str(registry))
+    monkeypatch.setattr(process, "_current", None)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    x = torch.randn(4, 64)
+    compiled = trnsim.trace(model, (x,), instance="trn1.2xlarge", tensor_parallel=2)
+    compiled(x)
+    record = process.current()
+    snapshot = record.snapshot()
+    record.close()
+    [loaded] = snapshot["models"]
+    assert loaded["cores"] == [0, 1] and set(loaded["hbm"]) == {"0", "1"}
+    cores = {c["core"]: c for c in snapshot["cores"]}
+    expected = sum(max(compiled.rank_timings()[i].total_ns for i in stage)
+                   for stage in compiled.plan.stages())
+    for core in (0, 1):  # both ranks execute each call, for the copy's whole latency
+        assert cores[core]["executions"] == 1
+        assert cores[core]["device_ns"] == pytest.approx(expected)
+        assert cores[core]["flops"] > 0
