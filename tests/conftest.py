@@ -1,6 +1,17 @@
 """Shared fixtures. Tests mirror src/trnsim; each layer's tests need only that layer and below."""
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# Models the tests run register with trnsim's runtime registry (`trnsim top` / `monitor`): keep
+# their records in a directory of this test session, apart from the user's own processes.
+if "TRNSIM_RUNTIME_DIR" not in os.environ:
+    os.environ["TRNSIM_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="trnsim-test-registry-")
+    atexit.register(shutil.rmtree, os.environ["TRNSIM_RUNTIME_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,10 @@ from trnsim.cli import (  # noqa: F401  (registers commands)
     kernel,
     ls,
     model,
+    monitor,
     nccom,
     serve,
+    top,
     train,
     validate,
 )

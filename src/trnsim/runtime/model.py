@@ -106,10 +106,18 @@ class CompiledModel:
 
     # --- calling ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        from trnsim.runtime.registry import model_execution
+
+        with model_execution(self) as run:  # counters for `trnsim top` / `trnsim monitor`
+            return self._call(run, args, kwargs)
+
+    def _call(self, run, args, kwargs):
         self._need_values("run it")
         flat = self._flatten(args, kwargs)
         arrays = {spec.name: _to_array(value, spec) for spec, value in zip(self.inputs, flat, strict=True)}
-        produced = run_plan(self.plan, arrays, mode="functional", chip=self.chip).values
+        ran = run_plan(self.plan, arrays, mode="functional", chip=self.chip)
+        run.profiles = ran.profiles
+        produced = ran.values
         # a scalar result is held in a one-element tensor: give it eager's shape () back
         values = [produced[spec.name].reshape(spec.shape) for spec in self.outputs]
         as_torch = any(_is_torch(v) for v in flat) or (not flat)

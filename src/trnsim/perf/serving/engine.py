@@ -58,16 +58,22 @@ class Engine:
         self._stopping = threading.Event()
         self._worker = threading.Thread(target=self._run, name="trnsim-engine", daemon=True)
         self.batches = 0
+        self._registry_id: int | None = None  # the served model in trnsim's runtime registry
         self.completed = 0
         self.submitted = 0
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
         """Compile every bucket before taking requests."""
+        from trnsim.runtime.registry import serving_model
+
         self.logits.warm(self.max_batch)
         for bucket in self.logits.buckets:
             self.timer.prefill_ms(self.max_batch, bucket)
             self.timer.decode_ms(self.max_batch, bucket)
+        deployment = self.timer.deployment  # for trnsim top / monitor: the cores one copy holds
+        self._registry_id = serving_model(self.timer.name, deployment.instance,
+                                          list(range(deployment.tensor_parallel)))
         self._worker.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -128,11 +134,13 @@ class Engine:
         import torch
 
         from trnsim.perf.serving.tokens import warpers
+        from trnsim.runtime.registry import serving_step
 
         rows = [list(job.prompt) for job in batch]
         active = [True] * len(batch)
         prefill = self.timer.prefill_ms(self.max_batch, bucket_for(
             max(len(r) for r in rows), self.logits.buckets, "prompt"))
+        cost = prefill
         for job in batch:
             job.device_ms = job.ttft_device_ms = prefill
         generators = [torch.Generator().manual_seed(job.sampling.seed) for job in batch]
@@ -144,7 +152,8 @@ class Engine:
                 for job, a in zip(batch, active, strict=True):
                     if a:
                         job.device_ms += cost
-            logits = self.logits.rows(rows, self.max_batch).to(torch.float32)
+            with serving_step(self._registry_id, cost):  # counters for trnsim top / monitor
+                logits = self.logits.rows(rows, self.max_batch).to(torch.float32)
             for i, job in enumerate(batch):
                 if not active[i]:
                     continue

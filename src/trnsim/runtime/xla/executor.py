@@ -85,6 +85,12 @@ class Executor:
                    timing == "all" or (timing == "rank0" and rank == 0))
 
     def execute(self, graph: StepGraph) -> None:
+        from trnsim.runtime.registry import training_step
+
+        with training_step(self, graph):  # counters for trnsim top / monitor
+            self._execute(graph)
+
+    def _execute(self, graph: StepGraph) -> None:
         METRICS.sample("TensorsGraphSize", len(graph.nodes))
         site = (graph.why, graph.source)
         previous = self.by_site.get(site)
