@@ -73,8 +73,15 @@ def reserve(t0: float, work: float, max_rate: float, pool: RateTimeline,
     """Book `work` units on `pool` from `t0` at rate <= max_rate, and the same transfer's
     ``shared_per_work`` units per unit of work on `shared` (e.g. HBM bytes per engine-ns).
     Returns the finish time."""
+    return reserve_span(t0, work, max_rate, pool, shared, shared_per_work)[1]
+
+
+def reserve_span(t0: float, work: float, max_rate: float, pool: RateTimeline,
+                 shared: RateTimeline | None = None, shared_per_work: float = 0.0
+                 ) -> tuple[float, float]:
+    """`reserve`, returning also when the work started (got its first share of the pool)."""
     if work <= 0:
-        return t0
+        return t0, t0
     if shared is not None and shared_per_work <= 0:
         shared = None
     pieces: list[tuple[float, float, float]] = []
@@ -107,7 +114,7 @@ def reserve(t0: float, work: float, max_rate: float, pool: RateTimeline,
         pool.add(start, end, rate)
         if shared is not None:
             shared.add(start, end, rate * shared_per_work)
-    return t
+    return pieces[0][0], t
 
 
 class BusyIntervals:
