@@ -16,6 +16,7 @@ from trnsim.cli import (  # noqa: F401  (registers commands)
     ls,
     model,
     nccom,
+    profile,
     serve,
     train,
     validate,
