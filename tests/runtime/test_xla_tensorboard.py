@@ -1,6 +1,6 @@
 """TensorBoard on trnsim: a training script's SummaryWriter works under `python -m trnsim.run`
 and its event files hold trnsim's step time, throughput and MFU beside the script's loss, read
-back with TensorBoard's own reader."""
+back with TensorBoard's own reader. The same run's step trace makes a profile report."""
 
 from pathlib import Path
 
@@ -21,9 +21,17 @@ def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
             for tag in events.Tags()["scalars"]}
 
 
-def test_script_summary_writer_gets_trnsim_step_figures(tmp_path):
-    logdir = tmp_path / "runs"
-    result = run_script(tmp_path, str(SCRIPTS / "tensorboard_logging.py"), str(logdir))
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tensorboard")
+    result = run_script(root, str(SCRIPTS / "tensorboard_logging.py"), str(root / "runs"),
+                        str(root / "step.json"), TRNSIM_XLA_PROFILE_DIR=str(root / "traces"))
+    return root, result
+
+
+def test_script_summary_writer_gets_trnsim_step_figures(training):
+    root, result = training
+    logdir = root / "runs"
     assert result["is_summary_writer"]  # the script's isinstance checks still hold
     logged = scalars(logdir)
     # the script's own scalar, as it wrote it
@@ -36,3 +44,17 @@ def test_script_summary_writer_gets_trnsim_step_figures(tmp_path):
     assert logged[THROUGHPUT_TAG][-1][1] == pytest.approx(8 / (result["step_ms"][-1] * 1e-3),
                                                           rel=1e-5)
     assert logged[MFU_TAG][-1][1] == pytest.approx(100 * result["mfu"], rel=1e-5)
+
+
+def test_training_step_trace_makes_a_report(training):
+    from trnsim.perf.profile_report import read_trace, render
+    from trnsim.perf.profile_report.analysis import figures
+
+    root, result = training
+    trace = read_trace(root / "step.json")
+    # the step's graphs one after another: their device times add up to the step's
+    total = sum(figures(core).total_ns for core in trace.cores)
+    assert total == pytest.approx(result["step_ms"][-1] * 1e6, rel=1e-9)
+    assert [core.title.split(":")[0] for core in trace.cores] == [
+        f"graph {n + 1} of {len(trace.cores)} (mark_step)" for n in range(len(trace.cores))]
+    assert render(trace).count('class="core"') == len(trace.cores)

@@ -59,7 +59,8 @@ def trace_events(profiles, *, pids=None, titles=None, offsets_ns=None) -> list[d
         for index in range(len(profile)):
             record = profile.record(index)
             code = int(profile.stream[index])
-            args = {"index": record.index, "operands": list(record.operands), "bytes": record.bytes,
+            args = {"index": record.index, "pc": record.pc, "opcode": record.opcode,
+                    "operands": list(record.operands), "bytes": record.bytes,
                     "done_us": offset_us + record.done_ns / 1e3, "waited_on": record.waited_on}
             if record.flops:
                 args["flops"] = record.flops

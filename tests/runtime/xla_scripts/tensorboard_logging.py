@@ -1,14 +1,16 @@
-"""Run under `python -m trnsim.run LOGDIR`: a torch-xla training loop that logs its loss with
-TensorBoard's SummaryWriter, as Neuron's training tutorials do; prints what it saw as JSON."""
+"""Run under `python -m trnsim.run LOGDIR [STEP_TRACE]`: a torch-xla training loop that logs its
+loss with TensorBoard's SummaryWriter, as Neuron's training tutorials do; prints what it saw as
+JSON. With STEP_TRACE (and TRNSIM_XLA_PROFILE_DIR set), also writes the last step's trace."""
 
 import json
+import os
 import sys
 
 import torch
 import torch_xla.core.xla_model as xm
 from torch.utils.tensorboard import SummaryWriter
 
-from trnsim.runtime.xla.report import step_report
+from trnsim.runtime.xla.report import step_report, write_step_trace
 
 torch.manual_seed(0)
 device = xm.xla_device()
@@ -30,6 +32,8 @@ for step in range(1, 4):
     report = step_report()
     step_ms.append(report.step_ms)
 writer.close()
+if len(sys.argv) > 2:
+    write_step_trace(sys.argv[2], os.environ["TRNSIM_XLA_PROFILE_DIR"])
 print("RESULT " + json.dumps({
     "losses": losses, "step_ms": step_ms, "mfu": report.mfu,
     "throughput": report.throughput_per_s, "is_summary_writer": isinstance(
