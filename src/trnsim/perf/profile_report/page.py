@@ -250,9 +250,8 @@ def render(trace: TraceFile) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"generator\" content=\"trnsim {escape(__version__)}\">"
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
-            f"<header><h1>{escape(title)}</h1><p>{len(trace.cores)} "
-            f"{'core or graph' if len(trace.cores) == 1 else 'cores or graphs'}, simulated by "
-            f"trnsim {escape(__version__)}; times are simulated nanoseconds from the start of the "
-            f"run. {nav}</p></header><main>{cores}{_trace_section(trace)}</main>"
+            f"<header><h1>{escape(title)}</h1><p>Simulated by trnsim {escape(__version__)}: one "
+            f"section per core (or per graph of a training step); times are simulated, from the "
+            f"start of the run. {nav}</p></header><main>{cores}{_trace_section(trace)}</main>"
             f"<script>{_JS}</script></body></html>\n")
 
