@@ -3,7 +3,9 @@
 Each instruction is a complete ("X") event on its stream's track (TensorE's load and multiply
 pipelines, VectorE, ScalarE, GpSimd, Sync, and one track per DMA queue), lasting its issue
 interval; its args carry the operands, bytes, FLOPs, HBM bytes, when its result was visible, what
-it waited on and the user's source line. Timestamps are microseconds, as the format requires.
+it waited on and the user's source line; a DMA's also how its data moved (``moved``: [start,
+end, share of its bytes] at a constant rate, the DMA engines it held). Timestamps are
+microseconds, as the format requires.
 
 The document's ``metadata.trnsim`` holds, per process, what a report needs beyond the events:
 the program, core and chip, the simulator's own summary (`ProfileSummary`) and the core's
@@ -66,8 +68,9 @@ def trace_events(profiles, *, pids=None, titles=None, offsets_ns=None) -> list[d
                 args["flops"] = record.flops
             if hbm[index]:
                 args["hbm_bytes"] = int(hbm[index])
-            if record.engine == "dma":
-                args["data_start_us"] = offset_us + float(profile.moving_ns[index]) / 1e3
+            if index in profile.dma_moved:
+                args["moved"] = [[offset_us + s / 1e3, offset_us + e / 1e3, share]
+                                 for s, e, share in profile.dma_moved[index]]
             if record.source:
                 args["source"] = record.source
             events.append({"name": record.label or record.opcode, "cat": record.engine, "ph": "X",
@@ -116,9 +119,11 @@ def concatenate(documents: list[dict], titles: list[str]) -> dict:
             if event.get("ph") == "X":
                 event["ts"] += shift_us
                 event["args"] = args = dict(event["args"])
-                for key in ("done_us", "data_start_us"):
-                    if key in args:
-                        args[key] += shift_us
+                if "done_us" in args:
+                    args["done_us"] += shift_us
+                if "moved" in args:
+                    args["moved"] = [[s + shift_us, e + shift_us, share]
+                                     for s, e, share in args["moved"]]
             elif event.get("name") == "process_name":
                 event["args"] = {"name": f"{title}: {event['args']['name']}"}
             elif event.get("name") == "process_sort_index":

@@ -104,12 +104,9 @@ class Profile:
         self.done_ns = np.array(scheduler.dones, dtype=np.float64)
         self.stream = np.array(scheduler.codes, dtype=np.int32)
         self.cause = np.array(scheduler.causes, dtype=np.int32)
-        # when data started moving: a DMA's first byte (after its start latency and any wait for
-        # its queue or for DMA engines); the start for every other instruction
-        self.moving_ns = self.start_ns.copy()
-        if scheduler.moving:
-            self.moving_ns[np.fromiter(scheduler.moving.keys(), dtype=np.int64)] = np.fromiter(
-                scheduler.moving.values(), dtype=np.float64)
+        # how each DMA's data moved: record index -> (start, end, share of its bytes) pieces at
+        # a constant rate (the DMA engines it held between its start latency and its last byte)
+        self.dma_moved = scheduler.moved
         # programs with control flow: record i ran instruction pcs[i] (concrete: resolved operands)
         self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
         self.concrete = scheduler.concrete

@@ -60,7 +60,8 @@ class CoreScheduler:
         self.dones: list[float] = []
         self.codes: list[int] = []
         self.causes: list[int] = []
-        self.moving: dict[int, float] = {}  # DMA records: when their first byte moved
+        # DMA records: how their data moved, (start, end, share of the bytes) at constant rate
+        self.moved: dict[int, list[tuple[float, float, float]]] = {}
         # programs run by program counter (trnsim.sim.chip): the instruction index of each record,
         # and the concrete instruction of a register-addressed one
         self.pcs: list[int] | None = None
@@ -118,7 +119,8 @@ class CoreScheduler:
         # --- the stream, its pipeline and ports ------------------------------------------------
         if code < 0:
             queue, start, end = self.dma.schedule(plan, ready)
-            self.moving[len(self.uids)] = self.dma.moving_ns
+            if self.dma.moved:
+                self.moved[len(self.uids)] = self.dma.moved
             code = DMA_BASE + queue
             if start > ready:
                 cause = QUEUE

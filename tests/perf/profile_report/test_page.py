@@ -122,7 +122,11 @@ def test_bad_traces_are_refused_by_name(tmp_path):
     for text, message in (("not json", "not JSON"), ('{"traceEvents": 3}', "no traceEvents"),
                           ('{"traceEvents": []}', "no instructions"),
                           ('{"traceEvents": [], "metadata": {"trnsim": {"format": 99, '
-                           '"cores": []}}}', "newer")):
+                           '"cores": []}}}', "not one this trnsim reads"),
+                          ('{"traceEvents": [], "metadata": {"trnsim": {"format": 1, '
+                           '"cores": [{"pid": "0"}]}}}', "field pid is '0'"),
+                          ('{"traceEvents": [], "metadata": []}', "no instructions"),
+                          ("[" * 100000 + "]" * 100000, "nested too deeply")):
         path = tmp_path / "bad.json"
         path.write_text(text)
         with pytest.raises(InvalidArgumentError, match=message):

@@ -184,21 +184,23 @@ def kernels(core: CoreTrace) -> list[Kernel]:
 
 def dma_bandwidth(core: CoreTrace, total: float, columns: int = TIMELINE_COLUMNS
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """DMA bandwidth over time: each transfer's bytes spread evenly from its first byte to its
-    last, summed per time bin. (Between those, a transfer may have shared the DMA engines with
-    others: the even spread is an approximation within a transfer, exact over it.)"""
+    """DMA bandwidth over time: the bytes each transfer moved in each time bin, from the pieces
+    the simulator booked it (constant rate within each); a DMA without them (a trace from
+    elsewhere, an on-chip hand-off) spreads its bytes evenly over its interval."""
     edges = np.linspace(0.0, total, columns + 1) if total > 0 else np.zeros(2)
-    dma = np.array([e == "dma" for e in core.engine], dtype=bool)
-    ends = core.end_ns[dma] - core.offset_ns
-    moving = core.data_start_ns[dma] - core.offset_ns
-    nbytes = core.nbytes[dma].astype(np.float64)
-    length = ends - moving
+    dma = [i for i, e in enumerate(core.engine) if e == "dma"]
+    pieces = [core.moved[i] for i in dma if i in core.moved]
+    pieces += [np.array([[core.start_ns[i], core.end_ns[i], float(core.nbytes[i])]])
+               for i in dma if i not in core.moved]
+    rows = np.concatenate(pieces) if pieces else np.zeros((0, 3))
+    starts, ends, nbytes = (rows[:, 0] - core.offset_ns, rows[:, 1] - core.offset_ns, rows[:, 2])
+    length = ends - starts
     spread = length > 0
     rate = np.divide(nbytes, length, out=np.zeros_like(nbytes), where=spread)
-    # bytes moved by time t: sum of rate * (min(t, end) - moving) over the transfers under way,
-    # = t * (rates started - rates ended) - (sum rate * moving over started - ... over ended),
-    # from sorted prefix sums; a transfer of no duration lands whole at its end
-    moved = (_ramp(moving, rate, edges) - _ramp(ends, rate, edges)
+    # bytes moved by time t: sum of rate * (min(t, end) - start) over the pieces under way,
+    # = t * (rates started - rates ended) - (sum rate * start over started - ... over ended),
+    # from sorted prefix sums; a piece of no duration lands whole at its end
+    moved = (_ramp(starts, rate, edges) - _ramp(ends, rate, edges)
              + _steps(ends[~spread], nbytes[~spread], edges))
     width = np.diff(edges)
     per_bin = np.diff(moved)

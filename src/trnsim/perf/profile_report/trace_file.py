@@ -38,7 +38,7 @@ class CoreTrace:
     sources: list[str | None]
     waited_on: list[str]
     operands: list[list[str]]
-    data_start_ns: np.ndarray  # DMA: when its first byte moved (else: its start)
+    moved: dict[int, np.ndarray]  # DMA event -> [[start_ns, end_ns, bytes]] at constant rates
     nbytes: np.ndarray
     flops: np.ndarray
     hbm_bytes: np.ndarray
@@ -84,21 +84,58 @@ def read_trace(path: str | Path) -> TraceFile:
     except json.JSONDecodeError as error:
         raise InvalidArgumentError(f"trace {path}: not JSON ({error.msg} at line {error.lineno}, "
                                    f"column {error.colno})") from None
+    except RecursionError:
+        raise InvalidArgumentError(f"trace {path}: JSON nested too deeply") from None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise InvalidArgumentError(f"trace {path}: no traceEvents list (a Chrome/Perfetto JSON "
                                    f"trace such as `trnsim kernel run --trace` writes)")
-    meta = document.get("metadata", {}).get("trnsim") if isinstance(document, dict) else None
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    meta = metadata.get("trnsim") if isinstance(metadata, dict) else None
     if meta is not None:
-        if not isinstance(meta, dict) or not isinstance(meta.get("cores"), list):
-            raise InvalidArgumentError(f"trace {path}: metadata.trnsim is malformed")
-        if meta.get("format", 0) > TRACE_FORMAT:
-            raise InvalidArgumentError(f"trace {path}: trnsim trace format {meta.get('format')} "
-                                       f"is newer than this trnsim reads ({TRACE_FORMAT})")
+        _check_meta(meta, str(path))
     cores = _cores(events, meta, str(path))
     if not cores:
         raise InvalidArgumentError(f"trace {path}: no instructions (no complete 'X' events)")
     return TraceFile(str(path), cores, text)
+
+
+# metadata.trnsim.cores[i]: the fields the report reads, and their types
+_CORE_FIELDS = {"pid": int, "title": str, "program": str, "core": str, "core_index": int,
+                "chip": str, "mode": str, "offset_ns": (int, float), "summary": dict,
+                "peak_flops": dict, "memory_bytes_per_s": (int, float)}
+_SUMMARY_FIELDS = {"tensor_flops_utilisation": (int, float), "hbm_read_bytes": int,
+                   "hbm_write_bytes": int, "sbuf_peak_bytes_per_partition": int,
+                   "sbuf_bytes_per_partition": int, "total_ns": (int, float)}
+
+
+def _check_meta(meta, path: str) -> None:
+    """metadata.trnsim as `trnsim.sim.perfetto` writes it, or a named error."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("cores"), list):
+        raise InvalidArgumentError(f"trace {path}: metadata.trnsim has no cores list")
+    if not isinstance(meta.get("format"), int) or meta["format"] > TRACE_FORMAT:
+        raise InvalidArgumentError(f"trace {path}: trnsim trace format {meta.get('format')!r} "
+                                   f"is not one this trnsim reads (1 to {TRACE_FORMAT})")
+    for core in meta["cores"]:
+        for fields, where in ((_CORE_FIELDS, core), (_SUMMARY_FIELDS, (core or {}).get("summary"))):
+            for name, kind in fields.items():
+                value = where.get(name) if isinstance(where, dict) else None
+                if not isinstance(value, kind) or isinstance(value, bool):
+                    raise InvalidArgumentError(f"trace {path}: metadata.trnsim field {name} is "
+                                               f"{value!r}")
+
+
+def ints(key: str, args: list[dict]) -> np.ndarray:
+    return np.array([int(a.get(key, 0) or 0) if isinstance(a.get(key, 0), int | float) else 0
+                     for a in args], dtype=np.int64)
+
+
+def _moved(pieces, nbytes: int, path: str) -> np.ndarray:
+    """A DMA's ``moved`` pieces [start_us, end_us, share] as rows [start_ns, end_ns, bytes]."""
+    if not isinstance(pieces, list) or not all(isinstance(p, list) and len(p) == 3 for p in pieces):
+        raise InvalidArgumentError(f"trace {path}: a DMA's moved is not [[start, end, share]]")
+    rows = np.array([[_number(v, "moved", path) for v in p] for p in pieces])
+    return np.column_stack([rows[:, 0] * 1e3, rows[:, 1] * 1e3, rows[:, 2] * nbytes])
 
 
 def _cores(events: list, meta: dict | None, path: str) -> list[CoreTrace]:
@@ -127,8 +164,9 @@ def _cores(events: list, meta: dict | None, path: str) -> list[CoreTrace]:
         args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in items]
         done = np.array([_number(a.get("done_us", (s + d) / 1e3), "done_us", path)
                          for a, s, d in zip(args, start, dur, strict=True)]) * 1e3
-        moving = np.array([_number(a.get("data_start_us", s / 1e3), "data_start_us", path)
-                           for a, s in zip(args, start, strict=True)]) * 1e3
+        nbytes = ints("bytes", args)
+        moved = {i: _moved(a["moved"], int(nbytes[i]), path) for i, a in enumerate(args)
+                 if a.get("moved")}
         tids = np.array([e.get("tid", 0) for e in items], dtype=np.int64)
         engines = [str(e.get("cat", "")) or "other" for e in items]
         names = {t: streams.get((pid, t), f"track {t}") for t in sorted(set(tids.tolist()))}
@@ -136,18 +174,15 @@ def _cores(events: list, meta: dict | None, path: str) -> list[CoreTrace]:
         for t, engine in zip(tids.tolist(), engines, strict=True):
             engine_of.setdefault(t, engine)
 
-        def ints(key: str, args=args) -> np.ndarray:
-            return np.array([int(a.get(key, 0) or 0) for a in args], dtype=np.int64)
-
         cores.append(CoreTrace(
             pid=pid, title=titles.get(pid, f"process {pid}"), meta=by_pid.get(pid),
             stream_names=names, stream_engine=engine_of, tid=tids, start_ns=start,
             end_ns=start + dur, done_ns=np.maximum(done, start + dur),
-            data_start_ns=np.clip(moving, start, start + dur),
+            moved=moved,
             names=[str(e.get("name", "")) for e in items],
             sources=[str(a["source"]) if a.get("source") else None for a in args],
             waited_on=[str(a.get("waited_on", "")) for a in args],
             operands=[[str(o) for o in a.get("operands", [])][:4] for a in args],
-            nbytes=ints("bytes"), flops=ints("flops"), hbm_bytes=ints("hbm_bytes"),
+            nbytes=nbytes, flops=ints("flops", args), hbm_bytes=ints("hbm_bytes", args),
             engine=engines))
     return cores
