@@ -95,6 +95,7 @@ class CoreFigures:
     sources: list[SourceLine]
     kernels: list[Kernel]
     dma_bytes: int
+    dma_engine_bytes: int  # of which moved by the DMA engines (not on-chip hand-offs)
     dma_edges_ns: np.ndarray  # bin edges of the bandwidth series
     dma_bytes_per_s: np.ndarray  # average DMA bandwidth in each bin
 
@@ -185,13 +186,15 @@ def kernels(core: CoreTrace) -> list[Kernel]:
 def dma_bandwidth(core: CoreTrace, total: float, columns: int = TIMELINE_COLUMNS
                   ) -> tuple[np.ndarray, np.ndarray]:
     """DMA bandwidth over time: the bytes each transfer moved in each time bin, from the pieces
-    the simulator booked it (constant rate within each); a DMA without them (a trace from
-    elsewhere, an on-chip hand-off) spreads its bytes evenly over its interval."""
+    the simulator booked it on the DMA engines (constant rate within each). A DMA trnsim wrote
+    without pieces used no engine (an on-chip hand-off: the data was already in place); in a
+    trace from elsewhere, each DMA's bytes are spread evenly over its interval."""
     edges = np.linspace(0.0, total, columns + 1) if total > 0 else np.zeros(2)
     dma = [i for i, e in enumerate(core.engine) if e == "dma"]
     pieces = [core.moved[i] for i in dma if i in core.moved]
-    pieces += [np.array([[core.start_ns[i], core.end_ns[i], float(core.nbytes[i])]])
-               for i in dma if i not in core.moved]
+    if core.meta is None:
+        pieces += [np.array([[core.start_ns[i], core.end_ns[i], float(core.nbytes[i])]])
+                   for i in dma if i not in core.moved]
     rows = np.concatenate(pieces) if pieces else np.zeros((0, 3))
     starts, ends, nbytes = (rows[:, 0] - core.offset_ns, rows[:, 1] - core.offset_ns, rows[:, 2])
     length = ends - starts
@@ -258,4 +261,7 @@ def figures(core: CoreTrace, *, top_count: int = 15) -> CoreFigures:
         slowest=[_instruction(core, i, float(gaps[i])) for i in top(busy, top_count)],
         stalls=[_instruction(core, i, float(gaps[i])) for i in top(gaps, top_count)],
         sources=source_lines(core, top_count), kernels=kernels(core),
-        dma_bytes=int(core.nbytes[dma].sum()), dma_edges_ns=edges, dma_bytes_per_s=bandwidth)
+        dma_bytes=int(core.nbytes[dma].sum()),
+        dma_engine_bytes=int(core.nbytes[list(core.moved)].sum()) if core.meta is not None
+        else int(core.nbytes[dma].sum()),
+        dma_edges_ns=edges, dma_bytes_per_s=bandwidth)

@@ -203,6 +203,16 @@ def _roofline(core: CoreTrace, fig: CoreFigures) -> str:
             '</thead><tbody>' + "".join(rows) + "</tbody></table>")
 
 
+def _dma_note(fig: CoreFigures) -> str:
+    note = (f"{format_bytes(fig.dma_engine_bytes)} through the DMA engines, each transfer at the "
+            f"share of the engines the simulator gave it")
+    handed = fig.dma_bytes - fig.dma_engine_bytes
+    if handed > 0:
+        note += (f"; {format_bytes(handed)} more in on-chip hand-offs (tensors the compiler "
+                 f"kept in SBUF: no engine, no HBM)")
+    return note + "."
+
+
 def _core_section(core: CoreTrace, number: int) -> str:
     fig = figures(core)
     meta = core.meta or {}
@@ -215,6 +225,7 @@ def _core_section(core: CoreTrace, number: int) -> str:
             f'and a multiply pipeline; each DMA queue is a track). Hover a mark for the '
             f'instruction, its source line and what it waited on.</p><div class="scroll">'
             f'{charts.timeline(core, fig)}</div><h3>DMA bandwidth over time</h3>'
+            f'<p class="note">{escape(_dma_note(fig))}</p>'
             f'<div class="scroll">{charts.bandwidth_chart(fig, ceiling)}</div>'
             f'<h3>Utilisation per engine</h3>{_utilisation(fig)}'
             f'<h3>What each stream waited on</h3>{_waits(fig)}'
