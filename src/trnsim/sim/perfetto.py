@@ -58,6 +58,10 @@ def trace_events(profiles, *, pids=None, titles=None, offsets_ns=None) -> list[d
             events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": code,
                            "args": {"sort_index": code}})
         hbm = profile.hbm_read + profile.hbm_write
+        moved: dict[int, list] = {}
+        for record, (s, e, share) in zip(profile.moved_record.tolist(),
+                                         profile.moved_pieces.tolist(), strict=True):
+            moved.setdefault(record, []).append([offset_us + s / 1e3, offset_us + e / 1e3, share])
         for index in range(len(profile)):
             record = profile.record(index)
             code = int(profile.stream[index])
@@ -68,9 +72,8 @@ def trace_events(profiles, *, pids=None, titles=None, offsets_ns=None) -> list[d
                 args["flops"] = record.flops
             if hbm[index]:
                 args["hbm_bytes"] = int(hbm[index])
-            if index in profile.dma_moved:
-                args["moved"] = [[offset_us + s / 1e3, offset_us + e / 1e3, share]
-                                 for s, e, share in profile.dma_moved[index]]
+            if index in moved:
+                args["moved"] = moved[index]
             if record.source:
                 args["source"] = record.source
             events.append({"name": record.label or record.opcode, "cat": record.engine, "ph": "X",

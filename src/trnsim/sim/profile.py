@@ -104,9 +104,11 @@ class Profile:
         self.done_ns = np.array(scheduler.dones, dtype=np.float64)
         self.stream = np.array(scheduler.codes, dtype=np.int32)
         self.cause = np.array(scheduler.causes, dtype=np.int32)
-        # how each DMA's data moved: record index -> (start, end, share of its bytes) pieces at
-        # a constant rate (the DMA engines it held between its start latency and its last byte)
-        self.dma_moved = scheduler.moved
+        # how each DMA's data moved: pieces at a constant rate (the share of the DMA engines it
+        # held between its start latency and its last byte): the record of each piece, and its
+        # (start, end, share of the record's bytes)
+        self.moved_record = np.frombuffer(scheduler.moved_record, dtype=np.int64)
+        self.moved_pieces = np.frombuffer(scheduler.moved_times, dtype=np.float64).reshape(-1, 3)
         # programs with control flow: record i ran instruction pcs[i] (concrete: resolved operands)
         self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
         self.concrete = scheduler.concrete

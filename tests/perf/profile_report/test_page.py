@@ -80,7 +80,7 @@ def test_dma_bandwidth_series_holds_every_byte(kernel_profile, kernel_trace):
     moved = float(np.sum(fig.dma_bytes_per_s * np.diff(fig.dma_edges_ns) * 1e-9))
     assert moved == pytest.approx(kernel_profile.summary.dma_bytes, rel=1e-9)
     # every byte through the DMA engines (this kernel has no on-chip hand-off)
-    assert sum(kernel_profile.nbytes[i] for i in kernel_profile.dma_moved) == \
+    assert kernel_profile.nbytes[np.unique(kernel_profile.moved_record)].sum() == \
         kernel_profile.summary.dma_bytes
     # never above what the core's DMA engines can move (each transfer at most its own rate)
     dma = kernel_profile.core.dma
