@@ -158,14 +158,14 @@ def roofline(kernels, peak: float | None, bandwidth: float | None) -> str:
     y_lo = 10 ** math.floor(math.log10(min(ys) / 10))
 
     def px(x: float) -> float:
-        return left + (math.log10(x) - math.log10(x_lo)) / math.log10(x_hi / x_lo) * (width - left - 10)
+        return left + (math.log10(x) - math.log10(x_lo)) / math.log10(x_hi / x_lo) * (width - left - 30)
 
     def py(y: float) -> float:
         y = min(max(y, y_lo), y_hi)
         return 10 + (1 - (math.log10(y) - math.log10(y_lo)) / math.log10(y_hi / y_lo)) * (
             height - bottom - 10)
 
-    parts = [f'<rect x="{left}" y="10" width="{width - left - 10}" height="{height - bottom - 10}" '
+    parts = [f'<rect x="{left}" y="10" width="{width - left - 30}" height="{height - bottom - 10}" '
              f'class="lane"/>']
     for decade in range(round(math.log10(x_lo)), round(math.log10(x_hi)) + 1):
         x = px(10.0**decade)
