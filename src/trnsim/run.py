@@ -20,6 +20,7 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     from trnsim.nki import compat
     from trnsim.runtime.xla import api as xla_api
+    from trnsim.runtime.xla import tensorboard
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(ImportError):  # the current API front end is optional
             compat.install("nki")
     xla_api.install_on_import()
+    tensorboard.install_on_import()  # the script's SummaryWriters also get trnsim's step figures
     xla_api.register_device()  # before any backward: autograd sizes its device queues once
     if argv[0] == "-m":
         sys.argv = argv[1:]

@@ -34,7 +34,8 @@ def test_commands_without_a_model_do_not_import_torch(tmp_path):
     kernel.write_text(KERNEL)
     commands = [["--help"], ["instances"], ["ls", "--instance", "trn1.32xlarge", "--json"],
                 ["nccom-test", "-r", "8", "-b", "1M", "-e", "1M", "allr"],
-                ["kernel", "run", f"{kernel}::double", "--shapes", "128x64"]]
+                ["kernel", "run", f"{kernel}::double", "--shapes", "128x64", "--trace", "t.json"],
+                ["profile", "view", "t.json"]]
     result = subprocess.run([sys.executable, "-c", CHILD.format(commands=commands)],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -55,8 +55,8 @@ def test_nccom_test_limits(capsys, argv, message):
      "--shapes 128x1000000000:float32 bytes 512000000000 exceeds limit"),
     (["--shapes", "128x-5", "--timing-only"], "dimensions must be positive"),
     (["--shapes", "128x512", "--seed", "-1"], "Invalid value for '--seed'"),
-    (["--shapes", "128x512", "--profile", "/nonexistent-dir/trace.json"],
-     "--profile /nonexistent-dir/trace.json: directory"),
+    (["--shapes", "128x512", "--trace", "/nonexistent-dir/trace.json"],
+     "--trace /nonexistent-dir/trace.json: directory"),
 ], ids=["huge", "negative", "seed", "profile"])
 def test_kernel_run_limits(capsys, kernel_file, argv, message):
     refused(capsys, ["kernel", "run", kernel_file, *argv], message)

@@ -93,3 +93,15 @@ def test_nothing_is_written_by_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     simulate(tiled_matmul(128, 128, 512), mode="timing")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_dma_pieces_cover_each_transfer_after_its_start_latency(profile):
+    dma = np.flatnonzero(profile.stream >= 6)  # DMA queues' stream codes (engines.DMA_BASE)
+    assert set(profile.moved_record.tolist()) == set(dma.tolist())  # no on-chip hand-off here
+    latency = profile.core.dma.start_latency_ns
+    for record in dma.tolist():
+        pieces = profile.moved_pieces[profile.moved_record == record]
+        assert pieces[:, 2].sum() == pytest.approx(1.0, rel=1e-9)  # every byte, once
+        assert pieces[0, 0] >= profile.start_ns[record] + latency - 1e-6
+        assert pieces[-1, 1] == pytest.approx(profile.end_ns[record], rel=1e-12)
+        assert np.all(pieces[1:, 0] >= pieces[:-1, 1] - 1e-9)  # in time order, disjoint

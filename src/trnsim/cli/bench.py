@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import typer
 
@@ -152,6 +153,9 @@ def bench_command(
     model_type: str = typer.Option(
         None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
         "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
+    trace_dir: str = typer.Option(None, "--trace", help="A directory: write each case's Perfetto "
+                                  "trace there (MODEL-INSTANCE-bBATCH-sSEQ.json; cases are "
+                                  "simulated, not read from the result cache)."),
 ) -> None:
     from trnsim.cli import checks
     from trnsim.perf import bench
@@ -159,6 +163,7 @@ def bench_command(
 
     checks.lnc(lnc)
     checks.output_file(plot, "--plot")
+    checks.output_directory(trace_dir, "--trace")
     configured = tuple(register_config(path) for path in config or ())
     named = checks.names(models, "--models", ()) or ()
     model_list = (named + configured) if configured else (named or bench.DEFAULT_MODELS)
@@ -175,11 +180,13 @@ def bench_command(
         from trnsim.perf.plot import require_matplotlib
 
         require_matplotlib()
+    if trace_dir is not None:
+        Path(trace_dir).mkdir(exist_ok=True)
     with steps("trnsim bench", total, quiet=as_json or as_csv) as progress:
         results = bench.run_matrix(model_list, instance_list, batches, seq, auto_cast=auto_cast,
                                    check_numerics=check_numerics, decode=decode,
                                    progress=progress.step, lnc=lnc, tensor_parallel=tp,
-                                   model_type=model_type)
+                                   model_type=model_type, trace_dir=trace_dir)
     if as_json:
         rows = [{k: row[k] for k in ("model", "batch", "seq", "decode", "speedup")}
                 for row in bench.comparison_rows(results, instance_list)]
@@ -203,6 +210,10 @@ def bench_command(
     if check_numerics:
         for r in results:
             out.print(f"{r.model} b{r.batch} {r.instance}: {r.numerics}", highlight=False)
+    for r in results:
+        if r.trace:
+            out.print(f"trace of {r.model} b{r.batch} on {r.instance}: {r.trace} (a report: "
+                      f"trnsim profile view {r.trace})", highlight=False, markup=False)
     if plot:  # after the table is printed: a failing plot cannot lose it
         _write_plot(results, instance_list, plot)
         out.print(f"plot written to {plot}", highlight=False)

@@ -29,6 +29,20 @@ def output_file(path: str | None, option: str) -> None:
         raise InvalidArgumentError(f"{option} {path}: directory {parent} does not exist")
 
 
+def output_directory(path: str | None, option: str) -> None:
+    """A directory the command will write files into: it may exist (not as a file); its parent
+    must."""
+    if path is None:
+        return
+    if not path.strip():
+        raise InvalidArgumentError(f"{option} is empty: give a directory path")
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: a file exists there (give a directory)")
+    if not target.parent.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: directory {target.parent} does not exist")
+
+
 def new_artifact(path: str, option: str = "--output") -> None:
     """Where `compile` saves a model: a new path or an earlier artifact (replaced); never an
     existing file or a directory that is not a trnsim artifact (such as the source tree)."""

@@ -29,7 +29,9 @@ def run_command(
     dtype: str = typer.Option("float32", "--dtype", help="Input dtype when no shape names one."),
     platform: str = typer.Option("trn1", "--target", help="trn1 | inf2 | trn2 | trn3 (or gen2/gen3/gen4)."),
     timing_only: bool = typer.Option(False, "--timing-only", help="Skip the numerics (faster)."),
-    profile_path: str = typer.Option(None, "--profile", help="Write a Perfetto trace to this path."),
+    profile_path: str = typer.Option(None, "--trace", "--profile",
+                                     help="Write a Perfetto trace to this path (a report: "
+                                          "trnsim profile view FILE)."),
     seed: int = typer.Option(0, "--seed", min=0),
     as_json: bool = typer.Option(False, "--json", help="Inputs, latency and each core's profile "
                                  "summary as JSON."),
@@ -42,7 +44,7 @@ def run_command(
 
     specs = parse_shapes(shapes, dtype)
     checks.kernel_inputs(specs)
-    checks.output_file(profile_path, "--profile")
+    checks.output_file(profile_path, "--trace")
     core = hardware.core(platform)
     kernel = load_kernel(target)
     if timing_only:  # shapes and dtypes only: no host memory for the inputs
@@ -67,4 +69,5 @@ def run_command(
     for result in run.results:
         out.print(result.profile.summary_table(report_width(out)), highlight=False, markup=False)
     if trace:
-        out.print(f"Perfetto trace written to {trace}", highlight=False)
+        out.print(f"Perfetto trace written to {trace} (a report: trnsim profile view {trace})",
+                  highlight=False, markup=False)

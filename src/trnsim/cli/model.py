@@ -112,6 +112,8 @@ def compile_command(
     lnc: int = typer.Option(None, "--lnc", "--logical-nc-config",
                             help="trn2/trn3: physical cores per logical NeuronCore (1 or 2)"),
     as_json: bool = typer.Option(False, "--json", help="The report and the files written, as JSON."),
+    trace_path: str = typer.Option(None, "--trace", help="Also write the Perfetto trace of one "
+                                   "inference here (view it: trnsim profile view FILE)."),
     model_type: str = typer.Option(
         None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
         "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
@@ -122,6 +124,7 @@ def compile_command(
     from trnsim.cli import checks
 
     checks.new_artifact(output)
+    checks.output_file(trace_path, "--trace")
     if not instance.strip():
         raise InvalidArgumentError("--instance is empty: give an instance such as inf2.xlarge")
     input_shape = input_shape or []
@@ -137,17 +140,25 @@ def compile_command(
                             tensor_parallel=tensor_parallel, pipeline_cores=pipeline_cores,
                             lnc=lnc, model_type=model_type)
     path = compiled.save(output)
+    trace = compiled.profile(trace_path) if trace_path else None
     if as_json:
         files = artifact_files(path)
         typer.echo(json.dumps({"report": compiled.report().to_dict(kernels=False),
                                "artifact": {"path": path, "directory": True,
                                             "files": dict(files),
-                                            "bytes": sum(n for _, n in files)}},
-                              indent=2, default=str))
+                                            "bytes": sum(n for _, n in files)},
+                               "trace": trace}, indent=2, default=str))
         return
     out = console()
     out.print(compiled.report().table(width=report_width(out)), highlight=False, markup=False)
     out.print(describe_artifact(path), highlight=False, markup=False)
+    trace_written(out, trace)
+
+
+def trace_written(out, trace: str | None) -> None:
+    if trace:
+        out.print(f"Perfetto trace written to {trace} (a report: trnsim profile view {trace})",
+                  highlight=False, markup=False)
 
 
 def random_model_inputs(model, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
@@ -217,10 +228,14 @@ def run_command(
     path: str = typer.Argument(..., help="A model saved by trnsim compile / CompiledModel.save"),
     as_json: bool = typer.Option(False, "--json", help="Inputs, outputs and the report as JSON."),
     seed: int = typer.Option(0, "--seed", min=0),
+    trace_path: str = typer.Option(None, "--trace", help="Also write the Perfetto trace of one "
+                                   "inference here (view it: trnsim profile view FILE)."),
 ) -> None:
     """Load a compiled model, run it once on random inputs, print its outputs and report."""
     import trnsim
+    from trnsim.cli import checks
 
+    checks.output_file(trace_path, "--trace")
     model = trnsim.load(path)
     arrays, input_lines = random_model_inputs(model, seed)
     result = model(*arrays)
@@ -228,9 +243,10 @@ def run_command(
         (list(result) if isinstance(result, tuple) else [result])
     outputs = output_summaries(model, values)
     report = model.report()
+    trace = model.profile(trace_path) if trace_path else None
     if as_json:
         data = report.to_dict(kernels=False)
-        data.update({"inputs": input_lines, "outputs": outputs})
+        data.update({"inputs": input_lines, "outputs": outputs, "trace": trace})
         typer.echo(json.dumps(data, indent=2, default=str))
         return
     out = console()
@@ -241,3 +257,4 @@ def run_command(
     for summary in outputs:
         out.print(f"  {_summary_line(summary)}", highlight=False, markup=False)
     out.print(report.table(width=report_width(out)), highlight=False, markup=False)
+    trace_written(out, trace)

@@ -28,19 +28,37 @@ def train(
     layers: int | None = typer.Option(None, "--layers", help="Override the layer count (a "
                                       "shallower copy for a quick look)."),
     as_json: bool = typer.Option(False, "--json", help="Print the step report as JSON."),
+    trace: str = typer.Option(None, "--trace", help="Write the Perfetto trace of the last step "
+                              "here (a report: trnsim profile view FILE)."),
+    tensorboard: str = typer.Option(None, "--tensorboard", help="Log loss, step time, "
+                                    "throughput and MFU of each step to TensorBoard event files "
+                                    "in this directory."),
 ) -> None:
     """Run a zoo model's training steps on the simulated device and print the step report."""
     from rich.progress import Progress
 
+    from trnsim.cli import checks
     from trnsim.perf.training import run_training
+
+    checks.output_file(trace, "--trace")
+    checks.output_directory(tensorboard, "--tensorboard")
 
     with Progress(transient=True, console=console()) as bar:
         task = bar.add_task(f"training {model}", total=steps)
         report = run_training(model, instance=instance, micro_batch=micro_batch,
                               grad_accum=grad_accum, seq=seq, dtype=dtype,
                               stochastic_rounding=sr, dp=dp, optimizer=optimizer, steps=steps,
-                              layers=layers, progress=lambda _: bar.advance(task))
+                              layers=layers, progress=lambda _: bar.advance(task), trace=trace,
+                              tensorboard=tensorboard)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        console().print(str(report), markup=False, highlight=False)
+        typer.echo(json.dumps({**report.to_dict(), "trace": trace, "tensorboard": tensorboard},
+                              indent=2))
+        return
+    out = console()
+    out.print(str(report), markup=False, highlight=False)
+    if trace:
+        out.print(f"Perfetto trace of the last step written to {trace} (a report: trnsim "
+                  f"profile view {trace})", markup=False, highlight=False)
+    if tensorboard:
+        out.print(f"TensorBoard event files in {tensorboard} (tensorboard --logdir "
+                  f"{tensorboard})", markup=False, highlight=False)

@@ -191,6 +191,8 @@ class Kernel:
                 prepare(i, trace)
         for trace in traces[1:]:
             trace.shared_outputs = traces[0].shared_outputs
+        for trace in traces:
+            trace.kernel_file = getattr(getattr(self.fn, "__code__", None), "co_filename", None)
         args_of: dict[int, dict] = {}
         outputs, structure, first = [], None, True
         for index in (np.ndindex(*sizes) if sizes else [()]):

@@ -59,11 +59,16 @@ def tracing(trace: Trace):
 
 
 def user_location() -> str | None:
-    """file:line of the innermost frame outside trnsim (the kernel's line)."""
+    """file:line of the innermost frame outside trnsim (the kernel's line), or in the file of
+    the kernel being traced when that kernel is one of trnsim's own (a tutorial kernel run by
+    `trnsim kernel run`: its line, not the command-line machinery's that called it)."""
+    trace = getattr(_state, "trace", None)
+    kernel_file = getattr(trace, "kernel_file", None)
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and "<frozen" not in filename:
+        if filename == kernel_file or (not filename.startswith(_PACKAGE_DIR)
+                                       and "<frozen" not in filename):
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
@@ -195,6 +200,7 @@ class Trace:
         self.pending: Tile | None = None
         self.label: str | None = None
         self.source: str | None = None
+        self.kernel_file: str | None = None  # the traced function's file (see `user_location`)
         self.hbm_tiles: dict[str, Tile] = {}
         self.program_ids: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()

@@ -59,6 +59,7 @@ class BenchResult:
     numerics: dict = field(default_factory=dict)
     decode: bool = False  # one generated token per sequence, not the whole input
     tensor_parallel: int = 1  # NeuronCores each copy is split over
+    trace: str | None = None  # the Perfetto trace of one inference, when asked for
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,14 +108,17 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
              auto_cast_type: str = "bf16", check_numerics: bool = False, model=None,
              decode: bool = False, lnc: int | None = None,
              tensor_parallel: int = 1, model_type: str | None = None,
-             build: Callable[[], object] | None = None) -> BenchResult:
+             build: Callable[[], object] | None = None, trace_dir: str | None = None
+             ) -> BenchResult:
     """Compile and time one (model, batch, seq, instance) case through `trnsim.trace`; with a
     warm compile cache only the capture runs (the program and its report are cached).
     `decode`: one generated token per sequence after `seq` cached tokens. `lnc`: the logical
     NeuronCore size on instances that have them (Trainium2/3), else ignored.
     `tensor_parallel`: NeuronCores each copy's weights are split over (a model too large for
     one core), as neuronx-distributed's tp_degree. `build`: makes the zoo model when the case is
-    not cached (default: `build_model`); a `model` given is used as is and never cached."""
+    not cached (default: `build_model`); a `model` given is used as is and never cached.
+    `trace_dir`: write the case's Perfetto trace there (the case is compiled, not read from the
+    result cache, which keeps figures, not timelines)."""
     from trnsim.runtime import trace
 
     start = time.perf_counter()
@@ -122,7 +126,7 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     seq = None if entry.family == "vision" else (seq or entry.default_seq)
     spec = hardware.instance(instance)
     key = None
-    if not check_numerics and model is None:
+    if not check_numerics and model is None and trace_dir is None:
         key = result_key(name, batch, seq, spec.name, auto_cast=auto_cast,
                          auto_cast_type=auto_cast_type, decode=decode, lnc=lnc,
                          tensor_parallel=tensor_parallel, model_type=model_type)
@@ -156,6 +160,11 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
         result.error_pct = 100.0 * (result.latency_ms - published) / published
     if check_numerics:
         result.numerics = _numerics(compiled, model, inputs)
+    if trace_dir is not None:
+        name_part = name.replace("/", "_")
+        where = f"-s{seq}" if seq else ""
+        result.trace = compiled.profile(Path(trace_dir) / (
+            f"{name_part}-{spec.name}-b{batch}{where}{'-decode' if decode else ''}.json"))
     result.seconds = time.perf_counter() - start
     if key is not None:
         _store_result(key, result)
@@ -261,7 +270,8 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                auto_cast_type: str = "bf16", check_numerics: bool = False, decode: bool = False,
                progress: Callable[[str], None] | None = None,
                lnc: int | None = None, tensor_parallel: int = 1,
-               model_type: str | None = None) -> list[BenchResult]:
+               model_type: str | None = None, trace_dir: str | None = None
+               ) -> list[BenchResult]:
     results = []
     entries = [zoo_model(name) for name in models]
     if decode:  # refuse an encoder before compiling anything
@@ -287,5 +297,5 @@ def run_matrix(models=DEFAULT_MODELS, instances=DEFAULT_INSTANCES, batches=DEFAU
                                         check_numerics=check_numerics, build=built,
                                         decode=decode, lnc=lnc,
                                         tensor_parallel=tensor_parallel,
-                                        model_type=model_type))
+                                        model_type=model_type, trace_dir=trace_dir))
     return results

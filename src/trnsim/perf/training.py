@@ -11,6 +11,8 @@ values on CPU): pass `--layers` to time a shallower copy of a large model quickl
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,8 +82,12 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
                  grad_accum: int = 1, seq: int | None = None, dtype: str = "fp32",
                  stochastic_rounding: bool | None = None, dp: int = 1, optimizer: str = "adamw",
                  steps: int = 3, layers: int | None = None,
-                 progress: Callable[[int], None] | None = None):
-    """Train `model` for `steps` optimizer steps; returns the last step's `StepReport`."""
+                 progress: Callable[[int], None] | None = None, trace: str | None = None,
+                 tensorboard: str | None = None):
+    """Train `model` for `steps` optimizer steps; returns the last step's `StepReport`.
+    `trace`: also write the Perfetto trace of the last step to this file. `tensorboard`: log
+    loss, step time, throughput and MFU of every step to TensorBoard event files in this
+    directory (`trnsim.runtime.xla.tensorboard`)."""
     from trnsim import hardware
 
     entry = train_entry(model)
@@ -104,14 +110,20 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
     if stochastic_rounding is not None:
         os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if stochastic_rounding else "0"
     from trnsim.runtime.xla import api
+    from trnsim.runtime.xla.executor import PROFILE_ENV
 
+    trace_dir = None
+    if trace is not None:  # each graph's trace as it compiles, then the last step's joined
+        trace_dir = tempfile.mkdtemp(prefix="trnsim-train-trace-")
+        os.environ[PROFILE_ENV] = trace_dir
     api.register_device()
     api.install()
     import torch
     import torch_xla.core.xla_model as xm
 
-    from trnsim.runtime.xla.report import step_report
+    from trnsim.runtime.xla.report import step_report, write_step_trace
 
+    writer = _tensorboard_writer(tensorboard, micro_batch * grad_accum)
     net = entry.build(layers)
     device = xm.xla_device()
     net.to(device)
@@ -127,6 +139,37 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
         xm.optimizer_step(opt)
         opt.zero_grad()
         xm.mark_step()
+        if writer is not None:  # the step ran: reading its loss cuts no graph
+            from trnsim.runtime.xla.tensorboard import LOSS_TAG, step_count
+
+            writer.add_scalar(LOSS_TAG, loss.item() * grad_accum, step_count())
         if progress is not None:
             progress(step)
+    if writer is not None:
+        from trnsim.runtime.xla.tensorboard import unregister
+
+        unregister(writer)
+        writer.close()
+    if trace_dir is not None:
+        try:
+            write_step_trace(trace, trace_dir)
+        finally:
+            os.environ.pop(PROFILE_ENV, None)
+            shutil.rmtree(trace_dir, ignore_errors=True)
     return step_report(samples_per_step=micro_batch * grad_accum)
+
+
+def _tensorboard_writer(directory: str | None, samples_per_step: int):
+    """TensorBoard's own writer on `directory`, registered for trnsim's step figures."""
+    if directory is None:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise InvalidArgumentError("--tensorboard needs TensorBoard: pip install "
+                                   "'trnsim[tensorboard]'") from None
+    from trnsim.runtime.xla.tensorboard import register
+
+    writer = SummaryWriter(log_dir=directory)
+    register(writer, samples_per_step)
+    return writer

@@ -35,7 +35,7 @@ The model (hardware.md section 6, fact 7; numbers from `CoreSpec.dma` and `ChipS
 from __future__ import annotations
 
 from trnsim.sim.plan import Plan
-from trnsim.sim.resources import RateTimeline, reserve
+from trnsim.sim.resources import RateTimeline, reserve_pieces
 
 _PRUNE_EVERY = 256  # DMA bookings between forgetting the pool's past
 
@@ -59,6 +59,8 @@ class DmaQueues:
         self.hbm = hbm
         self.queue_free = [0.0] * dma.queues_per_engine
         self._bookings = 0
+        # the last scheduled transfer's data movement: (start, end, share of its bytes) pieces
+        self.moved: list[tuple[float, float, float]] = []
 
     @property
     def horizon(self) -> float:
@@ -72,12 +74,15 @@ class DmaQueues:
         queue_free = self.queue_free
         queue = transfer.queue
         if transfer.in_place:  # an on-chip hand-off: done when its data is (no queue, no bytes)
+            self.moved = []
             return (queue or 0), ready, ready
         if queue is None:
             queue = queue_free.index(min(queue_free))
         data_start = max(ready + self.latency, queue_free[queue])
-        end = reserve(data_start, transfer.work, transfer.engines, self.pool, self.hbm,
-                      transfer.hbm_per_work)
+        pieces = reserve_pieces(data_start, transfer.work, transfer.engines, self.pool, self.hbm,
+                                transfer.hbm_per_work)
+        end = pieces[-1][1] if pieces else data_start
+        self.moved = [(s, e, rate * (e - s) / transfer.work) for s, e, rate in pieces]
         queue_free[queue] = end
         self._bookings += 1
         if self._bookings % _PRUNE_EVERY == 0:

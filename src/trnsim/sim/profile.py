@@ -104,6 +104,11 @@ class Profile:
         self.done_ns = np.array(scheduler.dones, dtype=np.float64)
         self.stream = np.array(scheduler.codes, dtype=np.int32)
         self.cause = np.array(scheduler.causes, dtype=np.int32)
+        # how each DMA's data moved: pieces at a constant rate (the share of the DMA engines it
+        # held between its start latency and its last byte): the record of each piece, and its
+        # (start, end, share of the record's bytes)
+        self.moved_record = np.frombuffer(scheduler.moved_record, dtype=np.int64)
+        self.moved_pieces = np.frombuffer(scheduler.moved_times, dtype=np.float64).reshape(-1, 3)
         # programs with control flow: record i ran instruction pcs[i] (concrete: resolved operands)
         self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
         self.concrete = scheduler.concrete
@@ -190,10 +195,10 @@ def _cause_name(cause: int) -> str:
     return engine_name(cause) if cause >= 0 else CAUSE_NAMES.get(cause, "unknown")
 
 
-def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length of the union of intervals [starts[i], ends[i])."""
+def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [starts[i], ends[i]) as sorted disjoint (starts, ends)."""
     if len(starts) == 0:
-        return 0.0
+        return np.zeros(0), np.zeros(0)
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], ends[order]
     reach = np.maximum.accumulate(e)
@@ -201,15 +206,26 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     opens[0] = True
     opens[1:] = s[1:] > reach[:-1]
     first = np.flatnonzero(opens)
-    segment_end = np.maximum.reduceat(e, first)
-    return float(np.sum(segment_end - s[first]))
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length of the union of intervals [starts[i], ends[i])."""
+    segment_start, segment_end = merged_intervals(starts, ends)
+    return float(np.sum(segment_end - segment_start))
+
+
+def wait_gaps(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Idle time of an in-order stream before each of its instructions (in program order):
+    from when everything before it had finished to its start."""
+    previous_end = np.concatenate([[0.0], np.maximum.accumulate(ends)[:-1]])
+    return np.clip(starts - previous_end, 0.0, None)
 
 
 def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
     index = np.flatnonzero(profile.stream == code)
     starts, ends = profile.start_ns[index], profile.end_ns[index]
-    previous_end = np.concatenate([[0.0], np.maximum.accumulate(ends)[:-1]])
-    gaps = np.clip(starts - previous_end, 0.0, None)
+    gaps = wait_gaps(starts, ends)
     waiting: dict[str, float] = defaultdict(float)
     causes = profile.cause[index]
     for cause in np.unique(causes):

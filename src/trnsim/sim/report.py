@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _ns(value: float) -> str:
+def format_ns(value: float) -> str:
+    """A time for people: ns, us or ms."""
     if value >= 1e6:
         return f"{value / 1e6:,.3f} ms"
     if value >= 1e3:
@@ -16,11 +17,15 @@ def _ns(value: float) -> str:
     return f"{value:,.1f} ns"
 
 
-def _bytes(value: float) -> str:
+def format_bytes(value: float) -> str:
+    """A size for people: B, KiB, MiB or GiB."""
     for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if value >= size:
             return f"{value / size:,.2f} {unit}"
     return f"{value:,.0f} B"
+
+
+_ns, _bytes = format_ns, format_bytes  # short names for the tables below
 
 
 def _headline(profile) -> Table:

@@ -73,8 +73,17 @@ def reserve(t0: float, work: float, max_rate: float, pool: RateTimeline,
     """Book `work` units on `pool` from `t0` at rate <= max_rate, and the same transfer's
     ``shared_per_work`` units per unit of work on `shared` (e.g. HBM bytes per engine-ns).
     Returns the finish time."""
+    pieces = reserve_pieces(t0, work, max_rate, pool, shared, shared_per_work)
+    return pieces[-1][1] if pieces else t0
+
+
+def reserve_pieces(t0: float, work: float, max_rate: float, pool: RateTimeline,
+                   shared: RateTimeline | None = None, shared_per_work: float = 0.0
+                   ) -> list[tuple[float, float, float]]:
+    """`reserve`, returning what it booked: (start, end, rate) pieces in time order, the rate
+    constant within each (none when there is no work)."""
     if work <= 0:
-        return t0
+        return []
     if shared is not None and shared_per_work <= 0:
         shared = None
     pieces: list[tuple[float, float, float]] = []
@@ -107,7 +116,7 @@ def reserve(t0: float, work: float, max_rate: float, pool: RateTimeline,
         pool.add(start, end, rate)
         if shared is not None:
             shared.add(start, end, rate * shared_per_work)
-    return t
+    return pieces
 
 
 class BusyIntervals:

@@ -21,6 +21,8 @@ whenever these rules allow. The result is deterministic.
 
 from __future__ import annotations
 
+from array import array
+
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import Instruction
 from trnsim.sim.dma import DmaQueues
@@ -60,6 +62,10 @@ class CoreScheduler:
         self.dones: list[float] = []
         self.codes: list[int] = []
         self.causes: list[int] = []
+        # how DMA records' data moved: one row per (record, start, end, share of its bytes)
+        # piece at a constant rate; compact arrays (8 bytes a number) for multi-million runs
+        self.moved_record = array("q")
+        self.moved_times = array("d")  # start, end, share of each piece, flattened
         # programs run by program counter (trnsim.sim.chip): the instruction index of each record,
         # and the concrete instruction of a register-addressed one
         self.pcs: list[int] | None = None
@@ -117,6 +123,10 @@ class CoreScheduler:
         # --- the stream, its pipeline and ports ------------------------------------------------
         if code < 0:
             queue, start, end = self.dma.schedule(plan, ready)
+            record = len(self.uids)
+            for piece in self.dma.moved:
+                self.moved_record.append(record)
+                self.moved_times.extend(piece)
             code = DMA_BASE + queue
             if start > ready:
                 cause = QUEUE

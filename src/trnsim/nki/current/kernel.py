@@ -152,6 +152,7 @@ def trace_kernel(fn, arguments: dict, core, *, lnc: int = 1, grid: tuple = (), r
     outputs, structure, input_names, written = [], None, [], set()
     for c, trace in enumerate(traces):
         trace.shared_outputs = traces[0].shared_outputs
+        trace.kernel_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
         with tracing(trace):
             args = tile_arguments(trace, arguments)
             trace.enter(-1, 0, "kernel", None)

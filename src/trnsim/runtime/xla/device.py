@@ -45,6 +45,7 @@ class LazyDevice:
         self.precision = None  # trnsim.runtime.xla.precision.Precision, when bf16 is asked for
         self.closures: list = []  # xm.add_step_closure: run after the next mark_step
         self.pending_collectives: list[tuple[str, int, int]] = []  # (op, bytes, ranks)
+        self.step_listeners: list = []  # called with each mark_step's graph (TensorBoard)
 
     def note_factory(self) -> None:
         from trnsim.runtime.xla.metrics import METRICS
@@ -128,10 +129,13 @@ class LazyDevice:
     def mark_step(self, source: str | None = None) -> None:
         METRICS.count("MarkStep")
         source = source or user_source(3)
-        self.sync(list(LIVE), "mark_step", source)
+        graph = self.sync(list(LIVE), "mark_step", source)
         closures, self.closures = self.closures, []
         for closure, args in closures:
             closure(*args)
+        if graph is not None:
+            for listener in self.step_listeners:
+                listener(graph)
 
     def collective(self, op: str, nbytes: int, ranks: int) -> None:
         """A collective in the pending graph; timed with the graph that holds it."""

@@ -30,6 +30,19 @@ from trnsim.runtime.xla.metrics import METRICS
 INSTANCE_ENV = "TRNSIM_INSTANCE"
 PHASES = ("forward", "backward", "optimizer", "collectives")
 PROFILE_ENV = "TRNSIM_XLA_PROFILE_DIR"
+# Neuron's runtime capture: NEURON_RT_INSPECT_ENABLE=1 writes profiles to
+# NEURON_RT_INSPECT_OUTPUT_DIR, "./output" by default (neuron-explorer environment variables)
+INSPECT_ENABLE_ENV, INSPECT_DIR_ENV, INSPECT_DEFAULT_DIR = (
+    "NEURON_RT_INSPECT_ENABLE", "NEURON_RT_INSPECT_OUTPUT_DIR", "output")
+
+
+def profile_dir() -> Path | None:
+    """Where each compiled graph's trace goes, or None (tracing is opt-in)."""
+    if os.environ.get(PROFILE_ENV):
+        return Path(os.environ[PROFILE_ENV])
+    if os.environ.get(INSPECT_ENABLE_ENV) == "1":
+        return Path(os.environ.get(INSPECT_DIR_ENV) or INSPECT_DEFAULT_DIR)
+    return None
 
 
 @dataclass
@@ -143,7 +156,8 @@ class Executor:
             return CompiledStep(graph.key, 0.0), "skipped"
         root = persistent_cache_dir()
         path = root / f"MODULE_{self._disk_key(graph)}" / "step.json" if root else None
-        if path is not None and path.exists():
+        # the persistent cache keeps figures, not timelines: a graph to trace is simulated again
+        if path is not None and path.exists() and profile_dir() is None:
             try:
                 METRICS.count("PersistentCacheHit")
                 return CompiledStep(**json.loads(path.read_text())), "disk"
@@ -168,12 +182,13 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     options = options_from_env(instance=instance, cores=1, lnc=lnc)
     plan = compile_graph(to_ir(graph), options)
     profile = run_plan(plan, None, mode="timing", chip=instance.chip).profiles[0]
-    trace_dir = os.environ.get(PROFILE_ENV)
+    trace_dir = profile_dir()
     if trace_dir:  # a Perfetto trace of each graph as it is compiled (opt-in, never by default)
         from trnsim.sim import write_trace
 
-        Path(trace_dir).mkdir(parents=True, exist_ok=True)
-        write_trace([profile], Path(trace_dir) / f"graph-{graph.key}.json")
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        write_trace([profile], trace_path(trace_dir, graph.key),
+                    titles=[f"graph {graph.key} ({graph.why} at {graph.source})"])
     busy = busy_by_kernel(profile)
     phase_ns = dict.fromkeys(PHASES, 0.0)
     rows = []
@@ -189,6 +204,10 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     flops = int(np.asarray(profile.flops, dtype=np.int64).sum())
     return CompiledStep(graph.key, total, phase_ns, rows, flops,
                         dict(profile.summary.engine_utilisation), len(profile))
+
+
+def trace_path(directory: Path, key: str) -> Path:
+    return directory / f"graph-{key}.json"
 
 
 def busy_by_kernel(profile) -> dict[tuple[str, str | None], float]:

@@ -71,6 +71,30 @@ def last_step(graphs: list) -> list:
     return graphs[start:ends[-1] + 1]
 
 
+def write_step_trace(path, directory, device=None):
+    """One trace of the last step: its graphs' traces (written to `directory` as each graph was
+    compiled, see `executor.profile_dir`) one after another, as the device ran them."""
+    import json
+    from pathlib import Path
+
+    from trnsim.errors import InvalidArgumentError
+    from trnsim.runtime.xla.device import DEVICE
+    from trnsim.runtime.xla.executor import trace_path
+    from trnsim.sim.perfetto import concatenate
+
+    step = last_step((device or DEVICE).graphs)
+    files = [trace_path(Path(directory), g.key) for g in step]
+    missing = [str(f) for f in files if not f.is_file()]
+    if not step or missing:
+        raise InvalidArgumentError(f"no trace of the step's graphs in {directory} (graphs are "
+                                   f"traced when compiled with the trace directory set): "
+                                   f"{', '.join(missing) or 'no step ran'}")
+    documents = [json.loads(f.read_text()) for f in files]
+    titles = [f"graph {n + 1} of {len(step)} ({g.why})" for n, g in enumerate(step)]
+    Path(path).write_text(json.dumps(concatenate(documents, titles)))
+    return Path(path)
+
+
 def step_report(samples_per_step: int | None = None, device=None) -> StepReport:
     from trnsim.runtime.xla.device import DEVICE
 
