@@ -63,6 +63,9 @@ def bench_columns(results, instances) -> tuple[list[Column], list[list[str]]]:
     unit = "tok" if decode else "inf"
     columns = [Column("model", "left"), Column("batch"), Column("context" if decode else "seq")]
     columns += [Column(f"{inst} latency ms") for inst in instances]
+    if any(r.end_to_end_ms is not None for r in results):
+        columns += [Column(f"{inst} end-to-end ms", drop=2, short="end-to-end ms")
+                    for inst in instances]
     if len(instances) > 1:
         columns.append(Column(f"speed-up {instances[-1]} vs {instances[0]} (x)", drop=3,
                               short="speed-up"))
@@ -78,6 +81,9 @@ def bench_columns(results, instances) -> tuple[list[Column], list[list[str]]]:
         cells = list(row["by_instance"].values())
         line = [row["model"], str(row["batch"]), "-" if row["seq"] is None else str(row["seq"])]
         line += [sig(r.latency_ms) if r else "-" for r in cells]
+        if any(c.short == "end-to-end ms" for c in columns):
+            line += [sig(r.end_to_end_ms) if r and r.end_to_end_ms is not None else "-"
+                     for r in cells]
         if len(instances) > 1:
             line.append(num(row["speedup"], 2) if row["speedup"] is not None else "-")
         if any(c.short == "error %" for c in columns):
@@ -97,13 +103,15 @@ def bench_title(results) -> str:
     tp = max((r.tensor_parallel for r in results), default=1)
     per_model = "one NeuronCore" if tp == 1 else f"{tp} NeuronCores (tensor parallel)"
     per_copy = "NeuronCore" if tp == 1 else f"{tp} NeuronCores"
-    return (f"trnsim bench: latency {what}, {per_model} per model; throughput with one copy "
-            f"per {per_copy}")
+    return (f"trnsim bench: latency {what} (device time; end to end adds the host's dispatch "
+            f"and PCIe copies, as published latencies measure and the error compares), "
+            f"{per_model} per model; throughput with one copy per {per_copy}")
 
 
 def results_csv(results) -> str:
     out = io.StringIO()
-    fields = ["model", "batch", "seq", "instance", "latency_ms", "published_ms", "error_pct",
+    fields = ["model", "batch", "seq", "instance", "latency_ms", "end_to_end_ms", "published_ms",
+              "error_pct",
               "throughput_per_s", "cost_per_inference_usd", "copies", "decode",
               "tensor_parallel"]
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")

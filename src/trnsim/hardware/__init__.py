@@ -21,6 +21,7 @@ from trnsim.hardware.fabric import (
     fabric_spec,
     fabric_variant,
 )
+from trnsim.hardware.host import PCIE_LANE_BYTES_PER_S, HostSpec
 from trnsim.hardware.instances import INSTANCES, InstanceSpec
 from trnsim.hardware.spec import ASSUMPTION, Alternative
 from trnsim.hardware.topology import Link, Topology
@@ -32,12 +33,14 @@ __all__ = [
     "FABRICS",
     "INSTANCES",
     "MATMUL_PRECISIONS",
+    "PCIE_LANE_BYTES_PER_S",
     "Alternative",
     "ChipSpec",
     "CoreSpec",
     "DmaSpec",
     "EngineSpec",
     "FabricSpec",
+    "HostSpec",
     "InstanceSpec",
     "InstructionCosts",
     "Link",

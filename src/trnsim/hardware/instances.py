@@ -12,6 +12,7 @@ from functools import cached_property
 
 from trnsim.hardware import topology as topo
 from trnsim.hardware.chips import INFERENTIA, INFERENTIA2, TRAINIUM, TRAINIUM2, TRAINIUM3, ChipSpec
+from trnsim.hardware.host import INF1_HOST, INF2_HOST, TRN1_HOST, TRN2_HOST, TRN3_HOST, HostSpec
 from trnsim.hardware.spec import ASSUMPTION, Alternative, Spec, cite
 
 GiB = 1024**3
@@ -34,6 +35,7 @@ class InstanceSpec(Spec):
     price_per_hour: float | None
     reserved_price_per_hour: float | None = None
     member: str | None = None  # the instance type an UltraServer is made of
+    host: HostSpec | None = None  # processor, PCIe link per chip, framework dispatch
     aliases: tuple[str, ...] = ()
 
     # --- derived totals ---------------------------------------------------------------------
@@ -112,6 +114,7 @@ def _inf1(name: str, chips: int, vcpus: int, host_gib: int, net_gbps: float, pri
         name=name, chip=INFERENTIA, chips_per_server=chips, vcpus_per_server=vcpus,
         host_memory_bytes_per_server=host_gib * GiB, efa_bits_per_s_per_server=net_gbps * Gbps,
         neuronlink_bytes_per_s_per_chip=link, topology_kind=kind, price_per_hour=price,
+        host=INF1_HOST,
         sources=cite(**_INF1_SOURCES, efa_bits_per_s_per_server="inst-inf1 (up to; network, not EFA "
                                                                "on the small sizes)",
                      neuronlink_bytes_per_s_per_chip="inst-inf1", topology_kind="inst-inf1"),
@@ -124,7 +127,7 @@ def _inf2(name: str, chips: int, vcpus: int, host_gib: int, price: float, ri: fl
         name=name, chip=INFERENTIA2, chips_per_server=chips, vcpus_per_server=vcpus,
         host_memory_bytes_per_server=host_gib * GiB, efa_bits_per_s_per_server=None,
         neuronlink_bytes_per_s_per_chip=192 * GiB if chips > 1 else None, topology_kind=kind,
-        price_per_hour=price, reserved_price_per_hour=ri,
+        price_per_hour=price, reserved_price_per_hour=ri, host=INF2_HOST,
         sources=cite(chips_per_server="inst-inf2", vcpus_per_server="inst-inf2",
                      host_memory_bytes_per_server="inst-inf2",
                      efa_bits_per_s_per_server="inst-inf2 (figure only; not given in text)",
@@ -148,7 +151,7 @@ TRN1_2XLARGE = InstanceSpec(
     name="trn1.2xlarge", chip=TRAINIUM, chips_per_server=1, vcpus_per_server=8,
     host_memory_bytes_per_server=32 * GiB, efa_bits_per_s_per_server=25 * Gbps,
     neuronlink_bytes_per_s_per_chip=None, topology_kind="single", price_per_hour=1.344,
-    reserved_price_per_hour=0.512,
+    reserved_price_per_hour=0.512, host=TRN1_HOST,
     sources=cite(chips_per_server="inst-trn1", vcpus_per_server="inst-trn1",
                  host_memory_bytes_per_server="inst-trn1",
                  efa_bits_per_s_per_server="inst-trn1 (up to 25 Gbps)",
@@ -159,7 +162,7 @@ TRN1_32XLARGE = InstanceSpec(
     name="trn1.32xlarge", chip=TRAINIUM, chips_per_server=16, vcpus_per_server=128,
     host_memory_bytes_per_server=512 * GiB, efa_bits_per_s_per_server=800 * Gbps,
     neuronlink_bytes_per_s_per_chip=384 * GiB, topology_kind="torus2d", price_per_hour=21.50,
-    reserved_price_per_hour=8.197,
+    reserved_price_per_hour=8.197, host=TRN1_HOST,
     sources=cite(chips_per_server="inst-trn1", vcpus_per_server="inst-trn1",
                  host_memory_bytes_per_server="inst-trn1", efa_bits_per_s_per_server="inst-trn1",
                  neuronlink_bytes_per_s_per_chip="inst-trn1",
@@ -185,6 +188,7 @@ TRN2_48XLARGE = InstanceSpec(
     name="trn2.48xlarge", chip=TRAINIUM2, chips_per_server=16, vcpus_per_server=192,
     host_memory_bytes_per_server=2048 * GiB, efa_bits_per_s_per_server=3200 * Gbps,
     neuronlink_bytes_per_s_per_chip=1024 * GB, topology_kind="torus2d", price_per_hour=None,
+    host=TRN2_HOST,
     sources=cite(chips_per_server="inst-trn2", vcpus_per_server="inst-trn2",
                  host_memory_bytes_per_server="inst-trn2",
                  efa_bits_per_s_per_server="inst-trn2 (EFAv3)",
@@ -221,6 +225,7 @@ TRN3_GEN1_ULTRASERVER = InstanceSpec(
     vcpus_per_server=192, host_memory_bytes_per_server=2048 * GiB,
     efa_bits_per_s_per_server=3200 * Gbps, neuronlink_bytes_per_s_per_chip=2048 * GiB,
     topology_kind="switched", price_per_hour=None, aliases=("trn3-ultraserver", "trn3-gen1"),
+    host=TRN3_HOST,
     sources=_TRN3_SOURCES, alternatives=_TRN3_ALTERNATIVES,
 )
 

@@ -40,6 +40,10 @@ SOURCES: dict[str, str] = {
     "lnc": _DOCS + "about-neuron/arch/neuron-features/logical-neuroncore-config.html",
     "neuron-ls": _DOCS + "tools/neuron-sys-tools/neuron-ls.html",
     "ncc-evrf051": _DOCS + "compiler/error-codes/EVRF051.html",
+    "ec2-instance-types": "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html "
+                          "(accelerated computing: the processor of each instance family)",
+    "explorer-troubleshooting": _DOCS + "tools/neuron-explorer/troubleshooting.html",
+    "nrt-guide": _DOCS + "neuron-runtime/guides/nrt-developer-guide.html",
     "price-neuronperf": "aws-neuron-sdk src/neuronperf/src/neuronperf/benchmarking.py "
                         "_get_cost_per_hour (us-east-1)",
     "price-ri": "aws-neuron-sdk about-neuron/benchmarks/{inf2,trn1}/*_instance_prices.csv "

@@ -376,8 +376,10 @@ class StagedLoader:
         self.staging: list[Tile] = []
         if not operand.k_major:
             pieces = ceil_div(max(count for _, count in units), P)
+            # no more slots than units: a resident operand of one row tile needs one, not three
+            # (each slot is a whole K of rows: 32 KiB per partition at K = 16384 in bf16)
             self.staging = [nl.ndarray((P, pieces, engine.k), dtype=engine.dtype, buffer=nl.sbuf)
-                            for _ in range(self.stages)]
+                            for _ in range(min(self.stages, len(units)))]
 
     def ensure_columns(self, c0: int, cw: int) -> None:
         """Make the units covering columns c0..c0+cw (relative to the loader) ready."""

@@ -16,7 +16,10 @@ What the columns mean here:
 - ``name`` (model rows): a model trnsim's zoo knows, a checkpoint of the offline config set (an
   organisation prefix such as ``google/`` and case are ignored; see `trnsim.perf.zoo`), or a path
   to a Hugging Face ``config.json`` (relative paths are found next to the CSV first). The
-  predicted value is the device time of one inference on one NeuronCore of the row's instance.
+  predicted value is one inference on one NeuronCore of the row's instance, end to end through
+  the framework as published latencies are (host dispatch, inputs copied in and outputs out
+  over PCIe around the device time: `trnsim.runtime.host_time`), or the device time alone when
+  the row's metric or notes say "device time" / "device latency".
 - ``dtype`` (model rows) names the model's data type as the framework held it, not compiler
   flags: ``fp32`` (or nothing) is an fp32 model compiled with the instance compiler's default
   casting, as the published runs were (neuron-cc on inf1 casts every fp32 operator to bf16,
@@ -207,7 +210,15 @@ def predict_model(row: dict) -> float:
     auto_cast, cast_type = auto_cast_of(row.get("dtype", ""))
     model_type = row.get(_MODEL_TYPE_OVERRIDE) or model_type_of(row)
     return model_latency_ms(name, row["instance"], leading_int(row, "batch", 1), seq, auto_cast,
-                            cast_type, model_type)
+                            cast_type, model_type, end_to_end=not is_device_time(row))
+
+
+def is_device_time(row: dict) -> bool:
+    """Whether a model row measured device time only (its metric or notes say "device time" or
+    "device latency"); otherwise it is end to end through the framework, as published latencies
+    are (module docstring)."""
+    text = " ".join((row.get(k) or "").lower().replace("_", " ") for k in ("metric", "notes"))
+    return re.search(r"\bdevice (time|latency)\b", text) is not None
 
 
 def predict_kernel(row: dict) -> float:

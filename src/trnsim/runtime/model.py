@@ -194,7 +194,15 @@ class CompiledModel:
         return self._noted(report)
 
     def _noted(self, report):
-        """Notes about this traced model rather than its program (kept out of the cache)."""
+        """Notes about this traced model rather than its program (kept out of the cache), and
+        its end-to-end latency (the host's share depends on the instance's host, not on what
+        was simulated)."""
+        from trnsim.runtime.host_time import host_time
+
+        host = host_time(self.instance_spec, self.inputs, self.outputs)
+        if host is not None:
+            report.host = host.to_dict()
+            report.end_to_end_ms = report.latency_ms + host.total_ns / 1e6
         if self.meta.get("meta_tensors"):
             kinds = set(self.meta["meta_tensors"].values())
             report.notes.append(f"{len(self.meta['meta_tensors'])} weight tensor(s) on the meta "

@@ -1,7 +1,10 @@
 """Model performance reports built from simulator profiles: latency, throughput, cost, breakdown.
 
 Conventions (stated in every report):
-- latency: one inference of the compiled batch on one NeuronCore with the rest of the chip idle;
+- latency: one inference of the compiled batch on one NeuronCore with the rest of the chip idle
+  (device time); end to end: that plus the host's share of a framework call (dispatch, inputs
+  copied to the device and outputs back over PCIe: `trnsim.runtime.host_time`), what published
+  latencies through torch-neuronx measure;
 - throughput: one model copy per visible NeuronCore, all running at once (as torch-neuronx users
   deploy), so copies on one chip share its HBM bandwidth: copies x batch / loaded latency;
 - cost per inference: the instance's on-demand $/hour / 3600 / throughput (None without a price);
@@ -57,6 +60,10 @@ class ModelReport:
     by_op: dict[str, dict]
     kernels: list[KernelTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # one framework call: host dispatch + input copies + `latency_ms` + output copies
+    # (`trnsim.runtime.host_time`); None where the instance names no host
+    end_to_end_ms: float | None = None
+    host: dict = field(default_factory=dict)  # HostTime.to_dict()
 
     def to_dict(self, *, kernels: bool = True) -> dict:
         data = asdict(self)

@@ -28,6 +28,17 @@ def _render(*tables, width: int = 140) -> str:
     return console.export_text()
 
 
+def _end_to_end_rows(report) -> list[tuple[str, str]]:
+    """End to end through the framework, and the host's parts of it (`runtime.host_time`)."""
+    host = getattr(report, "host", None)
+    if not host or report.end_to_end_ms is None:
+        return []
+    return [("latency (end to end)", f"{report.end_to_end_ms:.3f} ms"),
+            (f"  host: dispatch / inputs in / outputs out ({host['link']})",
+             f"{host['dispatch_ns'] / 1e3:.0f} / {host['input_copy_ns'] / 1e3:.1f} / "
+             f"{host['output_copy_ns'] / 1e3:.1f} us")]
+
+
 def report_table(report, top: int = 12, width: int = 140) -> str:
     head = Table(title=f"{report.model} on {report.instance} ({report.core})", show_header=False)
     head.add_column("figure")
@@ -37,7 +48,8 @@ def report_table(report, top: int = 12, width: int = 140) -> str:
                  f"(at ${report.price_per_hour}/h)")
     rows = [
         ("batch", str(report.batch)),
-        ("latency", f"{report.latency_ms:.3f} ms"),
+        ("latency (device)", f"{report.latency_ms:.3f} ms"),
+        *_end_to_end_rows(report),
         (f"throughput ({report.copies} copies)", f"{report.throughput_per_s:,.1f} inferences/s"),
         ("cost per million inferences", cost),
         ("TensorE FLOP utilisation", f"{100 * report.tensor_flops_utilisation:.1f} %"),
