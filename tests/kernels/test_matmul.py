@@ -231,3 +231,19 @@ def test_a_wide_linear_re_tiles_around_its_broadcast_bias():
     report = trnsim.trace(layer, (torch.zeros(1, 128, 4096),), instance="trn1.2xlarge").report()
     weight_bytes = 4096 * 16384 * 2  # bf16 after auto-cast
     assert report.latency_ms * 1e-3 > weight_bytes / (16 * 17e9)  # at most the DMA rate
+
+
+def test_a_resident_row_tile_takes_one_staging_buffer_not_three():
+    """[128, 16384] @ [16384, 512] (ALBERT-xxlarge's FFN output projection over 128 tokens):
+    the one 128-row tile of a is transposed through one staging buffer of K rows (32 KiB per
+    partition in bf16), not three, so the kernel fits the SBUF left beside other tiles."""
+    from trnsim.nki.trace import current_trace
+
+    def crowded(out, a, b):
+        sbuf = current_trace().sbuf
+        sbuf.allocate(sbuf.capacity - 136 * 1024, "pinned", 4)  # 136 KiB left
+        matmul(out, a, b)
+
+    result = run(crowded, [ArraySpec((128, 16384), "bfloat16"),
+                           ArraySpec((16384, 512), "bfloat16")], (128, 512), "bfloat16")
+    assert result.total_ns > 0

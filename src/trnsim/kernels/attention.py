@@ -692,7 +692,15 @@ class _Attention:
         if keys is not None:
             view = view[:, :, k0:k0 + kw]
         raw = nl.ndarray((P, heads, kw), dtype=nl.float32, buffer=nl.sbuf)
-        raw[0:rows] = nl.load(_HeadViews.rows(view[0:heads], 0 if shared_rows else q0, rows))
+        source = _HeadViews.rows(view[0:heads], 0 if shared_rows else q0, rows)
+        if hbm_strides(source)[2] == 0 and kw > 1:
+            # one value per query broadcast along the keys: a DMA would read each element as
+            # its own descriptor (rows x keys of them); load the column, broadcast on chip
+            column = nl.ndarray((P, heads, 1), dtype=nl.float32, buffer=nl.sbuf)
+            column[0:rows] = nl.load(source[:, :, 0:1])
+            raw[0:rows] = nisa.tensor_copy(column.ap([[1, rows], [1, heads], [0, kw]]))
+        else:
+            raw[0:rows] = nl.load(source)
         value = nl.ndarray((P, heads, kw), dtype=nl.float32, buffer=nl.sbuf)
         if self.mask_kind == "bool":  # keep -> 0, drop -> NEG (exact in bf16: one part)
             value[0:rows] = nisa.tensor_scalar(raw[0:rows], np.not_equal, 0.0, op1=np.subtract,
