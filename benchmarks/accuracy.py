@@ -39,6 +39,7 @@ class Knob:
     core_changes: dict = field(default_factory=dict)
     fabric_chip: str | None = None
     fabric_changes: dict = field(default_factory=dict)
+    host_changes: dict = field(default_factory=dict)  # every instance's host (model rows)
 
 
 KNOBS = (
@@ -82,12 +83,24 @@ KNOBS = (
          fabric_chip="Trainium",
          fabric_changes={"copy_launch_latency_ns": hardware.fabric_spec("Trainium").launch_latency_ns,
                          "copy_issue_interval_ns": hardware.fabric_spec("Trainium").issue_interval_ns}),
+    Knob("host_dispatch", "hardware.host.HostSpec.dispatch_ns (every instance)",
+         "200 us per model call (Neuron Explorer troubleshooting: ~0.2 ms queue submission "
+         "time of a model call through PyTorch)",
+         "0: end to end is device time plus the PCIe copies only",
+         host_changes={"dispatch_ns": 0.0}),
+    Knob("pcie_width", "hardware.host.HostSpec.pcie_lanes_per_chip (every instance)",
+         "x16 (ASSUMPTION: no Neuron instance publishes its chips' host-link width)",
+         "x8: half the link rate", host_changes={"pcie_lanes_per_chip": 8}),
 )
 
 
 def _affected(knob: Knob, rows: list[dict]) -> set[str]:
     out = set()
     for row in rows:
+        if knob.host_changes:
+            if row["kind"] == "model":
+                out.add(row["id"])
+            continue
         if knob.fabric_chip:
             if row["kind"] == "collective":
                 out.add(row["id"])
@@ -128,7 +141,9 @@ def main() -> None:
         ids = _affected(knob, rows)
         context = (hardware.core_variant(knob.core, **knob.core_changes) if knob.core
                    else hardware.fabric_variant(knob.fabric_chip, **knob.fabric_changes)
-                   if knob.fabric_chip else nullcontext())
+                   if knob.fabric_chip
+                   else hardware.host_variant(**knob.host_changes) if knob.host_changes
+                   else nullcontext())
         with context:
             changed = {r.id: r for r in validate(ids=ids)}
         merged = [changed.get(r.id, r) for r in baseline_results]

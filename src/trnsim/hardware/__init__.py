@@ -3,7 +3,14 @@
 Data and derived figures only; every other layer reads its clocks, sizes and bandwidths here.
 """
 
-from trnsim.hardware.catalog import chip, core, core_variant, instance, instance_names
+from trnsim.hardware.catalog import (
+    chip,
+    core,
+    core_variant,
+    host_variant,
+    instance,
+    instance_names,
+)
 from trnsim.hardware.chips import CHIPS, ChipSpec
 from trnsim.hardware.cores import (
     CORES,
@@ -52,6 +59,7 @@ __all__ = [
     "efa_bytes_per_s_per_chip",
     "fabric_spec",
     "fabric_variant",
+    "host_variant",
     "instance",
     "instance_names",
 ]

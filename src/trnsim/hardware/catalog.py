@@ -106,3 +106,18 @@ def core_variant(version: int | str, **changes) -> Iterator[CoreSpec]:
         yield variant
     finally:
         _CORES, _CHIPS, _INSTANCES = saved
+
+
+@contextmanager
+def host_variant(**changes) -> Iterator[None]:
+    """Within the block, every instance's host has the given changes:
+    ``host_variant(dispatch_ns=0.0)``. For what-if studies (benchmarks/accuracy.py); not
+    thread-safe."""
+    global _INSTANCES
+    saved = _INSTANCES
+    _INSTANCES = {k: dataclasses.replace(v, host=dataclasses.replace(v.host, **changes))
+                  if v.host is not None else v for k, v in _INSTANCES.items()}
+    try:
+        yield
+    finally:
+        _INSTANCES = saved

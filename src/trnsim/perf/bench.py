@@ -204,8 +204,12 @@ def result_key(name: str, batch: int, seq: int | None, instance: str, **options)
             versions[package] = None
     environment = {k: v for k, v in os.environ.items()
                    if k.startswith(_ENVIRONMENT_PREFIXES) and k != "TRNSIM_CACHE_DIR"}
+    from trnsim.hardware.spec import fingerprint
+
+    # the whole instance spec (host, chip, core): a what-if variant of any figure is another case
     payload = json.dumps({"model": [entry.name, entry.family, list(entry.build.classes), config],
-                          "inputs": [batch, seq], "instance": instance, "options": options,
+                          "inputs": [batch, seq], "instance": instance,
+                          "spec": fingerprint(hardware.instance(instance)), "options": options,
                           "environment": environment, "versions": versions,
                           "trnsim": _source_digest()}, sort_keys=True, default=repr)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
