@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trnsim import nki
-from trnsim.errors import LimitExceededError
+from trnsim.errors import LimitExceededError, UnsupportedError
 from trnsim.nki import compiler as ncc
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
@@ -136,3 +136,28 @@ def test_sbuf_that_does_not_fit_even_with_liveness_is_still_refused():
 
     with pytest.raises(LimitExceededError, match="sbuf allocation"):
         too_big(np.zeros((1, 1), np.float32))
+
+
+def test_an_allocation_function_is_called_by_keyword_per_block(rng):
+    # allocated SD attention: ncc.psum.alloc(functools.partial(psum_addr, bank_map=...)) with
+    # psum_addr(bank_map, idx, pdim_size, fdim_size): the compiler passes idx=... by keyword
+    import functools
+
+    x = rng.standard_normal((2, 128, 512)).astype(np.float32)
+
+    def psum_addr(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    @nki.jit
+    def banks(a, bank_map):
+        out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        staged = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32,
+                            buffer=ncc.psum.alloc(functools.partial(psum_addr, bank_map=bank_map)))
+        for m in nl.affine_range(2):
+            staged[m] = nl.multiply(nl.load(a[m]), 3.0)
+            nl.store(out[m], value=nl.copy(staged[m]))
+        return out
+
+    np.testing.assert_allclose(banks(x, {(0,): 3, (1,): 4}), 3 * x, rtol=1e-6)
+    with pytest.raises(UnsupportedError, match=r"block \(1,\) at byte 10240, not 8192"):
+        banks(x, {(0,): 3, (1,): 5})  # blocks apart: not a strided view

@@ -7,11 +7,12 @@ Hints that only steer the real compiler's optimiser are accepted and have no eff
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from trnsim.errors import InvalidArgumentError
+from trnsim.errors import InvalidArgumentError, UnsupportedError
 
 
 def skip_middle_end_transformations(fn):
@@ -43,14 +44,29 @@ class Placement:
     function: Callable | None = None
     unit: int = 1  # bytes per PSUM bank (a bank number counts this many bytes)
 
-    def offset_for(self, blocks: int, partitions: int, bytes_per_block: int) -> int:
-        """The byte offset of the tile's first block."""
+    def offset_for(self, block_shape: tuple[int, ...], partitions: int, bytes_per_block: int) -> int:
+        """The byte offset of the tile's first block. An allocation function is called as the
+        compiler calls it, by keyword, for every block; blocks it does not place one after
+        another are refused (trnsim's tiles are strided views)."""
         if self.function is None:
             return self.base_offset
-        where = tuple(int(v) for v in self.function((0,) * blocks, partitions, bytes_per_block))
-        if self.buffer == "psum" and len(where) == 3:
-            return where[0] * self.unit + where[2]
-        return where[-1]
+        first = None
+        for n, index in enumerate(itertools.product(*(range(s) for s in block_shape))):
+            where = tuple(int(v) for v in self.function(idx=index, pdim_size=partitions,
+                                                         fdim_size=bytes_per_block))
+            if len(where) >= 2 and where[-2] != 0:
+                raise UnsupportedError(f"ncc.{self.buffer}.alloc: block {index} starts at "
+                                       f"partition {where[-2]}; trnsim places blocks at partition 0")
+            offset = where[0] * self.unit + where[2] if self.buffer == "psum" and len(where) == 3 \
+                else where[-1]
+            if first is None:
+                first = offset
+            elif offset != first + n * bytes_per_block:
+                raise UnsupportedError(
+                    f"ncc.{self.buffer}.alloc: block {index} at byte {offset}, not "
+                    f"{first + n * bytes_per_block} after the blocks before it; trnsim supports "
+                    f"allocation functions that place a tile's blocks one after another")
+        return first
 
 
 class _Buffer:

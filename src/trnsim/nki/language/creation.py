@@ -34,7 +34,8 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs) -> Tile:
         free = [n for i, n in enumerate(plain) if i != par_axis]
         block_bytes = prod(free[par_axis:]) * resolve_dtype(dtype).itemsize
         wrap = buffer.num_free_tiles[:par_axis]
-        buffer, offset = buffer.buffer, buffer.offset_for(par_axis, plain[par_axis], block_bytes)
+        buffer, offset = buffer.buffer, buffer.offset_for(tuple(plain[:par_axis]), plain[par_axis],
+                                                          block_bytes)
     return current_trace().allocate(plain, resolve_dtype(dtype), _buffer(buffer), name=name,
                                     par_axis=par_axis, offset=offset, wrap=wrap)
 
