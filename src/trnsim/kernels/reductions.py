@@ -33,6 +33,7 @@ from trnsim.kernels.layout import (
     P,
     broadcast_to_shape,
     ceil_div,
+    exact_integers,
     has_gpsimd,
     hbm_strides,
     hbm_view,
@@ -87,7 +88,8 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
     out_view = hbm_view(out, kept_shape or (1,), [s for i, s in enumerate(hbm_strides(out))
                                                   if not (keepdim and i in axes)] or [1])
     count = numel(view.shape[kept:])
-    with kernel_scope("reduce"):
+    integer = x.dtype_spec.is_int and op in ("sum", "prod", "amax", "amin")
+    with kernel_scope("reduce"), exact_integers(integer):
         reducer = _Reducer(op, count, correction if correction is not None else 1.0, prologue)
         # the output gets the reduced axes back as size-1 axes, so both views fold alike
         out_full = hbm_view(out_view, (*kept_shape, *view.shape[kept:]),
@@ -375,9 +377,10 @@ def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols:
 
 
 def cumsum(out: Tile, x: Tile, *, axis: int) -> None:
-    """Running sum along `axis` (fp32 carry), a VectorE scan per chunk."""
+    """Running sum along `axis` (fp32 carry), a VectorE scan per chunk. Integers are exact to
+    2^24 this way; a larger integer sum is refused (`exact_integers`), never rounded."""
     axis = axis % x.ndim
-    with kernel_scope("cumsum"):
+    with kernel_scope("cumsum"), exact_integers(x.dtype_spec.is_int):
         moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
         for out2, x2 in row_problems(moved, x.ndim - 1):
             _cumsum_rows(out2, x2)
