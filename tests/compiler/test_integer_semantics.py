@@ -112,3 +112,14 @@ def test_a_core_without_gpsimd_refuses_what_fp32_cannot_hold():
     with pytest.raises(IntegerArithmeticError, match="division by zero"):
         run(lambda a, b: a // b, torch.tensor([7, 8], dtype=torch.int32),
             torch.tensor([2, 0], dtype=torch.int32), instance="inf1.xlarge")
+
+
+def test_shifts_follow_pytorch_past_the_width():
+    shifts = torch.tensor([1, -1, 3, 40, 0, 31, 32, 7, 2, 5], dtype=torch.int32)
+    same_as_eager(lambda a, s: a << s, A, shifts)
+    same_as_eager(lambda a, s: a >> s, A, shifts)
+    for amount in (0, 3, 31, 32, 40):
+        same_as_eager(lambda a, k=amount: (a << k) + (a >> k), A)
+    narrow = torch.tensor([1, 200, 255, 7], dtype=torch.uint8)
+    same_as_eager(lambda a: (a << 1) + (a >> 1) + (a << 9), narrow)
+    same_as_eager(lambda s: 1 << s, torch.tensor([0, 3, 30, 31], dtype=torch.int32))

@@ -187,6 +187,11 @@ for _aten_name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"),
         TRANSLATIONS[f"aten.{_aten_name}.{_overload}"] = _binary(_op)
 for _overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar"):
     TRANSLATIONS[f"aten.pow.{_overload}"] = _binary("pow")
+for _direction, _dunder in (("left", "lshift"), ("right", "rshift")):
+    for _name in (f"__{_dunder}__.Scalar", f"__{_dunder}__.Tensor",
+                  f"bitwise_{_direction}_shift.Tensor", f"bitwise_{_direction}_shift.Tensor_Scalar",
+                  f"bitwise_{_direction}_shift.Scalar_Tensor"):
+        TRANSLATIONS[f"aten.{_name}"] = _binary(f"{_direction}_shift")
 
 
 @aten("div.Tensor", "div.Scalar")

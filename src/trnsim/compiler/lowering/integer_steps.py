@@ -28,7 +28,7 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
             "gt": "greater", "ge": "greater_equal"}
 _IDENTITY = ("round", "floor", "ceil", "trunc")
 HANDLED = frozenset((*_NATIVE, *_COMPARE, *_IDENTITY, "neg", "abs", "div", "remainder", "clamp",
-                     "cast"))
+                     "cast", "left_shift", "right_shift"))
 I32 = "int32"
 
 
@@ -69,6 +69,8 @@ def lower(step: Step, args: list[Any]) -> Tile:
         result = _floor_divide(ops, *values)
     elif op == "remainder":
         result = _remainder(ops, *values)
+    elif op in ("left_shift", "right_shift"):
+        result = _shift(ops, op, *values, bits=8 * as_dtype(step.dtype).itemsize)
     else:  # clamp
         result = values[0]
         if step.attr("min") is not None:
@@ -112,8 +114,10 @@ class _Ops:
 
     def bitwise(self, name: str, a: Any, b: Any) -> Any:
         """Bit operations run on VectorE on raw integers (exact on any core)."""
-        if not isinstance(a, Tile):
+        if not isinstance(a, Tile) and not isinstance(b, Tile):
             return _python(name, a, b)
+        if not isinstance(a, Tile):  # 1 << tensor: the number as a tile of b's shape
+            a = self.binary("add", self.binary("multiply", b, 0), a)
         return ew.binary(name, a, b, dtype=I32)
 
 
@@ -146,6 +150,26 @@ def _sign_fix(ops: _Ops, remainder: Any, b: Any) -> Any:
     nonzero = ops.binary("not_equal", remainder, 0)
     differ = ops.binary("not_equal", ops.binary("less", remainder, 0), ops.binary("less", b, 0))
     return ops.binary("multiply", nonzero, differ)
+
+
+def _shift(ops: _Ops, op: str, a: Any, amount: Any, *, bits: int) -> Any:
+    """PyTorch's shifts: by a negative amount or by the type's width or more, a left shift gives
+    0 and a right shift the sign (the right shift of the int32 word by 31; a narrower type's word
+    has its sign there too). Inside that range, VectorE's shifts on the raw word."""
+    limit = bits if op == "left_shift" else 32
+    if not isinstance(amount, Tile):
+        inside = 0 <= amount < limit
+        if op == "left_shift":
+            return ops.bitwise("left_shift", a, amount) if inside else ops.binary("multiply", a, 0)
+        return ops.bitwise("right_shift", a, amount if inside else 31)
+    inside = ops.binary("multiply", ops.binary("greater_equal", amount, 0),
+                        ops.binary("less", amount, limit))
+    kept = ops.binary("multiply", amount, inside)
+    if op == "left_shift":
+        return ops.binary("multiply", ops.bitwise("left_shift", a, kept), inside)
+    # outside the range: shift by 31 (kept + 31 - 31 * inside)
+    return ops.bitwise("right_shift", a, ops.binary("add", ops.binary(
+        "add", kept, ops.binary("multiply", inside, -31)), 31))
 
 
 def _cast(ops: _Ops, x: Tile, target: str) -> Tile:
