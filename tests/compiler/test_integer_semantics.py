@@ -123,3 +123,19 @@ def test_shifts_follow_pytorch_past_the_width():
     narrow = torch.tensor([1, 200, 255, 7], dtype=torch.uint8)
     same_as_eager(lambda a: (a << 1) + (a >> 1) + (a << 9), narrow)
     same_as_eager(lambda s: 1 << s, torch.tensor([0, 3, 30, 31], dtype=torch.int32))
+
+
+def test_integers_compared_or_moved_through_fp32_paths():
+    from trnsim.errors import UnsupportedError
+
+    big = torch.tensor([[16777217, 5, -3], [7, 16777216, 9]], dtype=torch.int32)
+    same_as_eager(lambda a: a.t().contiguous() + 0, big)  # a transposed copy keeps every bit
+    same_as_eager(lambda a: a.sum(dim=0), torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
+    small = torch.tensor([[4, 9, 9, -1], [2, 0, 7, 7]], dtype=torch.int32)
+    for fn in (lambda a: torch.argmax(a, dim=1), lambda a: torch.topk(a, 2, dim=1).indices,
+               lambda a: torch.sort(a, dim=1).values):
+        same_as_eager(fn, small)
+        with pytest.raises(IntegerRangeError, match="fp32 holds exactly"):
+            run(fn, big)
+    with pytest.raises(UnsupportedError, match="matmul of integer tensors"):
+        run(lambda a, b: a @ b, small, small.t().contiguous())

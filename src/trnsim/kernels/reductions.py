@@ -75,6 +75,8 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
     axes = tuple(sorted(a % x.ndim for a in axes)) if axes else tuple(range(x.ndim))
     if op in ("argmax", "argmin") and len(axes) > 1 and len(axes) != x.ndim:
         raise InvalidArgumentError(f"{op} over several axes {axes}")
+    if op in ("argmax", "argmin"):
+        check_fp32_exact(x)
     view, kept = _moved_last(x, axes)
     if merged(view[(0,) * kept] if kept else view, 0) is None:
         # reduced axes that do not step uniformly in HBM (sum over axes 0 and 2 of [4, 64, 32]):
@@ -96,10 +98,21 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
                             (*hbm_strides(out_view)[:kept], *[0] * (view.ndim - kept)))
         for columns, out_cols in row_problems([view, out_full], kept):
             out_rows = out_cols[:, 0:1]
-            if hbm_strides(columns)[1] != 1 and _kept_contiguous(columns):
+            if (hbm_strides(columns)[1] != 1 and _kept_contiguous(columns)
+                    and not x.dtype_spec.is_int):  # TensorE transposes through fp32
                 _transposed(columns, out_rows, reducer)
             else:
                 _direct(columns, out_rows, reducer)
+
+
+def check_fp32_exact(x: Tile) -> None:
+    """Integers compared in fp32 (argmax, top-k) must be below 2^24, or two of them may compare
+    equal: an integer input gets an exact-integer amax pass first, refused past 2^24 at run
+    time (`exact_integers`), so the answer is PyTorch's or an error, never another index."""
+    if not x.dtype_spec.is_int:
+        return
+    scratch = nl.ndarray((1,) * x.ndim, dtype=x.dtype_spec, buffer=nl.hbm)
+    reduce(scratch, x, op="amax", axes=tuple(range(x.ndim)), keepdim=True)
 
 
 def _no_reduction(out: Tile, x: Tile, op: str, prologue) -> None:
@@ -422,6 +435,7 @@ def topk(out: Tile, x: Tile, *, k: int, axis: int, largest: bool = True,
         raise UnsupportedError(f"topk over {n} elements along one axis (max8 reads at most "
                                f"{MAX8_COLUMNS} per partition; a two-pass top-k is not "
                                f"implemented)")
+    check_fp32_exact(x)
     with kernel_scope("topk"):
         moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
         for out2, x2 in row_problems(moved, x.ndim - 1):
