@@ -139,3 +139,13 @@ def test_integers_compared_or_moved_through_fp32_paths():
             run(fn, big)
     with pytest.raises(UnsupportedError, match="matmul of integer tensors"):
         run(lambda a, b: a @ b, small, small.t().contiguous())
+
+
+def test_negative_integer_powers_are_refused_as_pytorch_does():
+    base = torch.tensor([2, 3, 1, -1, 0, -2, 2, 3], dtype=torch.int32)
+    exponent = torch.tensor([1, -1, -3, -3, -1, -2, 31, 20], dtype=torch.int32)
+    same_as_eager(lambda a, b: a ** b, base, exponent)  # a tensor exponent: 1 / a^n truncated
+    with pytest.raises(RuntimeError):
+        base ** -1
+    with pytest.raises(IntegerArithmeticError, match="negative integer powers"):
+        run(lambda a: a ** -1, base)

@@ -7,8 +7,8 @@ set of general-purpose cores: "when all input/output tiles are int32 or uint32, 
 exact results for all 32-bit integer values" (nki.isa.tensor_tensor, Neuron 2.31+). Native
 integer arithmetic here is C's on 32-bit words (`NATIVE_OPS`): add, subtract, multiply and power
 wrap modulo 2^32, divide truncates toward zero, mod takes the dividend's sign, comparisons give
-1 or 0. A zero divisor gives 0 and a negative power truncates 1 / a^n (C leaves both undefined;
-an assumption, no document says).
+1 or 0. A zero divisor gives 0 (C leaves it undefined: an assumption, no document says) and a
+negative power truncates 1 / a^n (as PyTorch's integer power).
 
 `exact_int` is the compiler's PyTorch contract, not a hardware feature: an instruction that
 computes a PyTorch int64 value in int32, a division (PyTorch raises on a zero divisor), or
@@ -30,11 +30,9 @@ FP32_EXACT_INTEGER = 2**24
 
 def apply(op: AluOp, a, b) -> np.ndarray:
     """op on int64 values with unbounded integer semantics (the value PyTorch would want): a
-    zero divisor or a negative power raises as PyTorch does."""
+    zero divisor raises as PyTorch does."""
     if op.name in ("divide", "mod"):
         _nonzero(b)
-    if op.name == "pow" and np.any(np.asarray(b) < 0):
-        raise IntegerArithmeticError("integers to negative integer powers (PyTorch raises)")
     fn = NATIVE_OPS.get(op.name)
     with np.errstate(over="ignore"):
         return np.asarray(fn(a, b) if fn is not None else op(a, b)).astype(np.int64)
@@ -110,7 +108,8 @@ def _power(a, b):
         base = base * base
         exp = exp >> np.uint64(1)
     result = result.astype(np.int64)
-    return np.where(b >= 0, result, _trunc_divide(1, np.where(result == 0, 1, result)))
+    # a ** -n truncates 1 / a^n (PyTorch's integer power; 0 ** -n gives 0)
+    return np.where(b >= 0, result, np.where(np.abs(result) == 1, result, 0))
 
 
 def _compare(fn):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim.compiler.fused import Step
+from trnsim.errors import IntegerArithmeticError
 from trnsim.isa import Engine
 from trnsim.kernels.layout import has_gpsimd
 from trnsim.nki import language as nl
@@ -99,7 +100,17 @@ class _Ops:
             return _python(name, a, b)
         if name == "divide" and not self.native:
             return self._fp32_divide(a, b)
-        return ew.binary(name, a, b, dtype=I32, engine=self.engine, exact_int=self.exact)
+        if name == "pow":
+            self._no_negative_power(b)
+        # checked: int64 values, fp32 engines, and division (PyTorch raises on a zero divisor)
+        exact = self.exact or name in ("divide", "mod")
+        return ew.binary(name, a, b, dtype=I32, engine=self.engine, exact_int=exact)
+
+    def _no_negative_power(self, exponent: Any) -> None:
+        """PyTorch refuses an integer to a negative number's power (a negative exponent tensor
+        gives the truncated 1 / a^n, as GpSimd's native power does)."""
+        if not isinstance(exponent, Tile) and exponent < 0:
+            raise IntegerArithmeticError("integers to negative integer powers (PyTorch raises)")
 
     def _fp32_divide(self, a: Any, b: Any) -> Tile:
         """The truncated quotient through fp32 (a core without GpSimd): operands checked below
