@@ -84,6 +84,19 @@ class IndexOutOfBoundsError(TrnsimError, IndexError):
         return self
 
 
+class IntegerArithmeticError(TrnsimError, ArithmeticError):
+    """Integer arithmetic PyTorch refuses (a zero divisor, a negative power of an integer)."""
+
+
+class IntegerRangeError(LimitExceededError):
+    """An integer result the simulated hardware cannot hold exactly (a PyTorch int64 value past
+    int32, integers past 2^24 through an fp32 engine): refused, never stored as another number."""
+
+    def __init__(self, what: str, limit: str, *, source: str | None = None) -> None:
+        TrnsimError.__init__(self, f"{what} is outside {limit}", source=source)
+        self.what, self.value, self.limit = what, None, limit
+
+
 class UndefinedBehaviourWarning(UserWarning):
     """A kernel does what the NKI documentation calls undefined (reading memory nothing wrote,
     accumulating into PSUM nothing wrote); the simulated values are NaN there."""

@@ -79,11 +79,12 @@ def test_timing_only_allocates_no_host_memory_for_inputs(capsys, kernel_file, mo
     (["validate", "--kinds", "bogus"], "--kinds: unknown 'bogus'"),
     (["validate", "/nonexistent-dir/rows.csv"], "no such file"),
     (["compile", "x:y", "--instance", ""], "--instance is empty"),
+    (["ls", "--instance", " "], "--instance is empty"),
     (["compile", "x:y", "--input-shape", "-1x4"], "dimensions must be positive"),
     (["compile", "x:y", "--input-shape", "99999999999x99999999999"], "exceeds limit"),
     (["run", "model.trnsim", "--seed", "-1"], "Invalid value for '--seed'"),
-], ids=["lnc", "seq", "instances", "plot", "kinds", "csv", "instance", "negative", "overflow",
-        "seed"])
+], ids=["lnc", "seq", "instances", "plot", "kinds", "csv", "instance", "ls-instance", "negative",
+        "overflow", "seed"])
 def test_commands_refuse_bad_arguments(capsys, argv, message):
     refused(capsys, argv, message)
 

@@ -58,6 +58,13 @@ def new_artifact(path: str, option: str = "--output") -> None:
         raise InvalidArgumentError(f"{option} {path}: directory {target.parent} does not exist")
 
 
+def instance_given(name: str | None, example: str = "trn1.32xlarge",
+                   option: str = "--instance") -> None:
+    """An instance option given empty (``--instance ''``) is a mistake, not the default."""
+    if name is not None and not name.strip():
+        raise InvalidArgumentError(f"{option} is empty: give an instance such as {example}")
+
+
 def existing_file(path: str | None, what: str) -> None:
     if path is not None and not Path(path).is_file():
         raise InvalidArgumentError(f"{what} {path}: no such file")

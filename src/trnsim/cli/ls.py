@@ -92,6 +92,9 @@ def ls_command(
     show_topology: bool = typer.Option(False, "--topology", "-t", help="Draw the device topology."),
 ) -> None:
     """List the Neuron devices of an instance, as neuron-ls does."""
+    from trnsim.cli import checks
+
+    checks.instance_given(instance)
     name = instance or os.environ.get("TRNSIM_INSTANCE") or DEFAULT_INSTANCE
     spec = hardware.instance(name)
     lnc_used = resolve_lnc(spec, lnc)

@@ -125,8 +125,7 @@ def compile_command(
 
     checks.new_artifact(output)
     checks.output_file(trace_path, "--trace")
-    if not instance.strip():
-        raise InvalidArgumentError("--instance is empty: give an instance such as inf2.xlarge")
+    checks.instance_given(instance, "inf2.xlarge")
     input_shape = input_shape or []
     parse_input_shapes(input_shape)  # a typo costs nothing: checked before torch is imported
     made = load_factory(target)()

@@ -130,8 +130,7 @@ def nccom_test_command(ctx: typer.Context) -> None:
     from trnsim.cli import checks
 
     checks.output_file(args.report_to_json_file, "--report-to-json-file")
-    if not args.instance.strip():
-        raise InvalidArgumentError("--instance is empty: give an instance such as trn1.32xlarge")
+    checks.instance_given(args.instance)
     minbytes, maxbytes = nccom.parse_size(args.minbytes), nccom.parse_size(args.maxbytes)
     stepbytes = nccom.parse_size(args.stepbytes) if args.stepbytes is not None else None
     sizes = nccom.sweep(minbytes, maxbytes, args.stepfactor, stepbytes)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trnsim.compiler.ir import Graph, Node
-from trnsim.compiler.ops import norm_axis
+from trnsim.compiler.ops import kind, norm_axis
 from trnsim.errors import UnsupportedError
 from trnsim.numerics import DType, dtype
 
@@ -54,7 +54,14 @@ class Translator:
         self.current_target = ""  # "aten.add.Tensor": the overload being translated
 
     def emit(self, op: str, inputs: Sequence[Node] = (), **attrs: Any) -> Node:
-        return self.graph.add(op, list(inputs), attrs, source=self.source)
+        node = self.graph.add(op, list(inputs), attrs, source=self.source)
+        if node.dtype.name == "int32" and kind(op) == "elementwise" and self._int64_result():
+            node.attrs["int64"] = True  # PyTorch's value is int64: int32 must hold it exactly
+        return node
+
+    def _int64_result(self) -> bool:
+        values = self.expected if isinstance(self.expected, (tuple, list)) else (self.expected,)
+        return any(str(getattr(v, "dtype", "")) == "torch.int64" for v in values)
 
     def tensor(self, value: Any, like: Node | None = None) -> Node:
         """An operand: an IR node as is; a Python number becomes a weak ``scalar`` node."""
@@ -180,6 +187,11 @@ for _aten_name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"),
         TRANSLATIONS[f"aten.{_aten_name}.{_overload}"] = _binary(_op)
 for _overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar"):
     TRANSLATIONS[f"aten.pow.{_overload}"] = _binary("pow")
+for _direction, _dunder in (("left", "lshift"), ("right", "rshift")):
+    for _name in (f"__{_dunder}__.Scalar", f"__{_dunder}__.Tensor",
+                  f"bitwise_{_direction}_shift.Tensor", f"bitwise_{_direction}_shift.Tensor_Scalar",
+                  f"bitwise_{_direction}_shift.Scalar_Tensor"):
+        TRANSLATIONS[f"aten.{_name}"] = _binary(f"{_direction}_shift")
 
 
 @aten("div.Tensor", "div.Scalar")
@@ -194,8 +206,15 @@ def _floor_divide(cx: Translator, a: Any, b: Any) -> Node:
 
 @aten("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(cx: Translator, a: Any, b: Any, rounding_mode: str | None = None) -> Node:
-    out = cx.emit("div", [cx.tensor(a), cx.tensor(b)], true_div=rounding_mode is None)
-    if rounding_mode == "floor":
+    x, y = cx.tensor(a), cx.tensor(b)
+    out = cx.emit("div", [x, y], true_div=rounding_mode is None)
+    if rounding_mode == "trunc" and out.dtype.is_int:
+        # integers: the floor quotient, plus one where the exact quotient is negative and not
+        # a whole number (remainder non-zero, operands of opposite signs)
+        inexact = cx.emit("ne", [cx.emit("remainder", [x, y]), cx.tensor(0)])
+        opposite = cx.emit("ne", [cx.emit("lt", [x, cx.tensor(0)]), cx.emit("lt", [y, cx.tensor(0)])])
+        out = cx.emit("add", [out, cx.emit("logical_and", [inexact, opposite])])
+    elif rounding_mode == "floor":
         out = cx.emit("floor", [out])
     elif rounding_mode == "trunc":
         out = cx.emit("mul", [cx.emit("sign", [out]), cx.emit("floor", [cx.emit("abs", [out])])])

@@ -142,7 +142,7 @@ def export(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
     timings = {} if timings is None else timings
     with inference_mode(model), meta_as_zeros(model), torch.no_grad(), \
-            warnings.catch_warnings(), _quiet_torch():
+            warnings.catch_warnings(), _quiet_torch() as held:
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
         start = time.perf_counter()
         try:
@@ -150,7 +150,9 @@ def export(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
         except TrnsimError:
             raise
         except Exception as exc:  # torch raises many types; each becomes one explanation
-            raise explain_export_failure(exc) from exc
+            error = explain_export_failure(exc)
+            error.detail = "\n\n".join(t for t in (error.detail, held.text()) if t)
+            raise error from exc
         timings["export_s"] = time.perf_counter() - start
     return decompose_to_core(exported, timings) if decompose else exported
 
@@ -215,17 +217,76 @@ def meta_as_zeros(model: Any) -> Iterator[None]:
 
 
 @contextmanager
-def _quiet_torch() -> Iterator[None]:
-    """torch logs a failed export's internals at WARNING; trnsim explains failures itself."""
+def _quiet_torch() -> Iterator[_Held]:
+    """torch logs and prints a failed export's internals (fake-tensor tracebacks at ERROR, the
+    partial graph on stderr) before trnsim's one-line explanation. While exporting they are
+    held back: replayed if export succeeds, kept in the CaptureError's detail (``--debug``) if
+    it fails. Symbolic-shape warnings are not logged at all."""
+    import contextlib
     import logging
 
     logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    held = _Held()
+    handlers = {h for lg in _torch_loggers() for h in lg.handlers}
+    for handler in handlers:
+        handler.addFilter(held)
+    failed = False
     try:
-        yield
+        with contextlib.redirect_stderr(held.stderr):
+            yield held
+    except BaseException:
+        failed = True
+        raise
     finally:
+        for handler in handlers:
+            handler.removeFilter(held)
         logger.setLevel(level)
+        if not failed:
+            held.replay()
+
+
+class _Held:
+    """A logging filter that keeps torch's records, and a buffer for what torch prints."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.records: dict[int, Any] = {}
+        self.stderr = io.StringIO()
+
+    def filter(self, record: Any) -> bool:
+        if not record.name.startswith("torch"):
+            return True
+        self.records[id(record)] = record
+        return False
+
+    def text(self) -> str:
+        import logging
+
+        lines = [logging.Formatter("%(levelname)s %(name)s: %(message)s").format(r)
+                 for r in self.records.values()]
+        return "\n".join([*lines, self.stderr.getvalue()]).strip()
+
+    def replay(self) -> None:
+        import logging
+        import sys
+
+        for record in self.records.values():
+            logging.getLogger(record.name).handle(record)
+        if self.stderr.getvalue():
+            sys.stderr.write(self.stderr.getvalue())
+
+
+def _torch_loggers() -> list[Any]:
+    """The root logger and every torch logger that has handlers of its own."""
+    import logging
+
+    loggers = [logging.getLogger()]
+    loggers += [lg for name, lg in logging.root.manager.loggerDict.items()
+                if name.startswith("torch") and isinstance(lg, logging.Logger) and lg.handlers]
+    return loggers
 
 
 @contextmanager
@@ -431,7 +492,17 @@ def _poison(val: Any) -> Any:
         dt = ir_dtype(val.dtype)
     except TrnsimError:
         dt = _dt("float32")
-    return _Poison("unsupported", "unsupported", (), {}, tuple(val.shape), dt)
+    # a data-dependent size (nonzero, unique, masked_select) has no value: 1 stands in for it,
+    # the poison only carries capture on to the next unsupported op
+    shape = tuple(s if isinstance(s, int) else _concrete_or_one(s) for s in val.shape)
+    return _Poison("unsupported", "unsupported", (), {}, shape, dt)
+
+
+def _concrete_or_one(size: Any) -> int:
+    try:
+        return int(size)
+    except Exception:  # GuardOnDataDependentSymNode: torch cannot name an unbacked size
+        return 1
 
 
 def _poisoned(*trees: Any) -> bool:

@@ -82,10 +82,12 @@ def _as_numpy(value: Any) -> np.ndarray:
 
 
 def store(x: np.ndarray, dt: DType) -> np.ndarray:
-    """`x` in `dt`'s storage: floats RNE, float -> int truncates, ints saturate."""
+    """`x` in `dt`'s storage: floats RNE, float -> int truncates, ints wrap (as PyTorch's)."""
     x = np.asarray(x)
     if x.dtype == dt.np_dtype:
         return x
+    if dt.is_int and x.dtype.kind in "iu":
+        return x.astype(dt.np_dtype)
     if dt.is_int and x.dtype.kind == "f":
         x = np.trunc(x.astype(np.float64))
     return np.asarray(cast(x, dt, rounding="rne"))
@@ -160,6 +162,16 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+def _shift(op: str, a: np.ndarray, b: np.ndarray, *, bits: int) -> np.ndarray:
+    """PyTorch's shifts: a shift by a negative amount or by the width or more gives 0 (left) or
+    the sign (right)."""
+    inside = (b >= 0) & (b < bits)
+    amount = np.where(inside, b, 0)
+    if op == "left_shift":
+        return np.where(inside, np.left_shift(a, amount), 0)
+    return np.where(inside, np.right_shift(a, amount), np.right_shift(a, 63))
+
+
 def elementwise(op: str, args: Sequence[np.ndarray], attrs: dict[str, Any], out: DType
                 ) -> np.ndarray:
     """Compute one elementwise op on stored arrays; the result is `out`'s storage."""
@@ -177,6 +189,8 @@ def elementwise(op: str, args: Sequence[np.ndarray], attrs: dict[str, Any], out:
         result = UNARY[op](vals[0], attrs)
     elif op == "div" and not attrs.get("true_div", True) and not as_float:
         result = np.floor_divide(*vals)
+    elif op in ("left_shift", "right_shift"):
+        result = _shift(op, *vals, bits=8 * out.itemsize)
     else:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             result = BINARY[op](*vals)

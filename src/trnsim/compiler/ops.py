@@ -173,7 +173,7 @@ UNARY_FLOAT = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "
                "erf", "sin", "cos")
 BINARY_ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
                 "fmod")
-BINARY_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor")
+BINARY_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
 ELEMENTWISE = (*UNARY_SAME, *UNARY_FLOAT, "logical_not", "cast", *BINARY_ARITH, *BINARY_BITS,
                *COMPARE, "where")

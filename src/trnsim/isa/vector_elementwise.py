@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError
+from trnsim.isa import integers
 from trnsim.isa.access import AccessPattern, Memory
 from trnsim.isa.instruction import (
     Cost,
@@ -36,25 +37,9 @@ def read_for(state: ExecutionState, ap: AccessPattern, op: AluOp) -> np.ndarray:
     return state.read_compute(ap)
 
 
-# GpSimd's native 32-bit integer arithmetic (NKI ISA docs, nki.isa.tensor_tensor: "When all
-# input/output tiles are int32 or uint32, the operation defaults to GpSimd Engine, which uses
-# native integer arithmetic. This ensures exact results for all 32-bit integer values"). Division
-# and remainder are C's: the quotient truncates toward zero, the remainder takes the dividend's sign.
+# GpSimd's native 32-bit integer arithmetic: see trnsim.isa.integers
 _INT32_DTYPES = ("int32", "uint32")
-
-
-def _trunc_divide(a, b):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(b != 0, np.abs(a) // np.where(b != 0, np.abs(b), 1), 0)
-    return np.where((a < 0) != (b < 0), -q, q)
-
-
-def _trunc_mod(a, b):
-    return np.where(b != 0, a - _trunc_divide(a, b) * b, 0)
-
-
-NATIVE_INT_OPS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-                  "divide": _trunc_divide, "mod": _trunc_mod, "max": np.maximum, "min": np.minimum}
+NATIVE_INT_OPS = integers.NATIVE_OPS
 
 
 def native_integer(engine: Engine, ops, aps, scalars=()) -> bool:
@@ -76,10 +61,10 @@ def _int_operand(state: ExecutionState, operand: Operand, ndim: int):
     return np.int64(int(operand))
 
 
-def _write_int(state: ExecutionState, ap: AccessPattern, values: np.ndarray) -> None:
-    """Wrap to 32 bits, as integer hardware does, then store."""
+def _wrap_int(ap: AccessPattern, values: np.ndarray) -> np.ndarray:
+    """Wrapped to 32 bits, as integer hardware does."""
     wrapped = (np.asarray(values, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
-    state.write(ap, wrapped if ap.dtype.name == "uint32" else wrapped.view(np.int32))
+    return wrapped if ap.dtype.name == "uint32" else wrapped.view(np.int32)
 
 
 def _sixteen_bit(*aps: AccessPattern) -> bool:
@@ -113,7 +98,8 @@ class _Elementwise(Instruction):
 
 @dataclass(frozen=True, kw_only=True)
 class TensorTensor(_Elementwise):
-    """dst = op(in0, in1), element-wise over equal-sized tiles."""
+    """dst = op(in0, in1), element-wise over equal-sized tiles (native integers on GpSimd when
+    every tile is int32/uint32; `exact_int`: see trnsim.isa.integers)."""
 
     OPCODE: ClassVar[str] = "TensorTensor"
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR, Engine.GPSIMD)
@@ -122,6 +108,7 @@ class TensorTensor(_Elementwise):
     in0: AccessPattern
     in1: AccessPattern
     op: str
+    exact_int: bool = False
 
     def reads(self):
         return (self.in0, self.in1)
@@ -139,14 +126,18 @@ class TensorTensor(_Elementwise):
 
     def execute(self, state: ExecutionState) -> None:
         op = alu_op(self.op)
-        if native_integer(self.engine, (op,), (self.in0, self.in1, self.dst)):
+        native = native_integer(self.engine, (op,), (self.in0, self.in1, self.dst))
+        if native or self.exact_int:
             a = _read_int(state, self.in0)
             b = _read_int(state, self.in1).reshape(a.shape)
-            _write_int(state, self.dst, NATIVE_INT_OPS[op.name](a, b).reshape(self.dst.shape))
-            return
-        a = read_for(state, self.in0, op)
-        b = read_for(state, self.in1, op).reshape(a.shape)
-        state.write(self.dst, op(a, b).reshape(self.dst.shape))
+        if native:
+            values = _wrap_int(self.dst, NATIVE_INT_OPS[op.name](a, b))
+        else:
+            values = op(read_for(state, self.in0, op),
+                        read_for(state, self.in1, op).reshape(self.in0.shape))
+        if self.exact_int:
+            integers.check_exact(integers.apply(op, a, b), values, self.dst, native=native)
+        state.write(self.dst, np.asarray(values).reshape(self.dst.shape))
 
     def cost(self, core) -> Cost:
         one_psum = (self.in0.memory is Memory.PSUM) != (self.in1.memory is Memory.PSUM)
@@ -183,6 +174,7 @@ class TensorScalar(_Elementwise):
     reduce_cmd: str = "reset_reduce"  # the registers: reset_reduce, reduce or load_reduce
     reduce_init: Operand | None = None  # load_reduce's initial register values
     reduce_negate: bool = False  # negate what is written to reduce_dst (not the registers)
+    exact_int: bool = False  # see trnsim.isa.integers
 
     def reads(self):
         return (self.src, *operand_aps(self.operand0, self.operand1, self.reduce_init))
@@ -214,21 +206,45 @@ class TensorScalar(_Elementwise):
         return (self.reduce_op is None
                 and native_integer(self.engine, ops, (self.src, self.dst, *tiles), operands))
 
-    def _execute_integer(self, state: ExecutionState) -> None:
+    def _integers(self, state: ExecutionState, fns) -> np.ndarray:
+        """Both operators on int64 values with `fns(op)`'s semantics."""
         y = _read_int(state, self.src)
         steps = [(self.op0, self.operand0, self.reverse0)]
         if self.op1 is not None:
             steps.append((self.op1, self.operand1, self.reverse1))
         for op, operand, reverse in steps:
             value = _int_operand(state, operand, y.ndim)
-            fn = NATIVE_INT_OPS[alu_op(op).name]
+            fn = fns(alu_op(op))
             y = fn(value, y) if reverse else fn(y, value)
-        _write_int(state, self.dst, y.reshape(self.dst.shape))
+        return y
 
     def execute(self, state: ExecutionState) -> None:
-        if self._native_integer():
-            self._execute_integer(state)
+        native = self._native_integer()
+        checked = self.exact_int and self.reduce_op is None
+        if not native and not checked:
+            self._execute_fp32(state)
             return
+        if native:  # each operator's result wraps to 32 bits, as the hardware's registers do
+            values = _wrap_int(self.dst, self._integers(
+                state, lambda op: lambda a, b: _wrap_int(self.dst, NATIVE_INT_OPS[op.name](a, b))
+                .astype(np.int64)))
+        else:
+            values = self._fp32(state)
+        if checked:
+            exact = self._integers(state, lambda op: lambda a, b: integers.apply(op, a, b))
+            integers.check_exact(exact, values, self.dst, native=native)
+        state.write(self.dst, np.asarray(values).reshape(self.dst.shape))
+
+    def _fp32(self, state: ExecutionState) -> np.ndarray:
+        op0 = alu_op(self.op0)
+        x = read_for(state, self.src, op0)
+        y = _apply(op0, x, _scalar(state, self.operand0, x.ndim, op0), self.reverse0)
+        if self.op1 is not None:
+            op1 = alu_op(self.op1)
+            y = _apply(op1, y, _scalar(state, self.operand1, x.ndim, op1), self.reverse1)
+        return y
+
+    def _execute_fp32(self, state: ExecutionState) -> None:
         op0 = alu_op(self.op0)
         x = read_for(state, self.src, op0)
         y = _apply(op0, x, _scalar(state, self.operand0, x.ndim, op0), self.reverse0)
@@ -470,6 +486,7 @@ class TensorTensorScan(_Elementwise):
     op1: str
     reverse0: bool = False
     reverse1: bool = False
+    exact_int: bool = False  # integers through fp32 must stay exact (trnsim.isa.integers)
 
     def reads(self):
         return (self.in0, self.in1, *operand_aps(self.initial))
@@ -491,12 +508,23 @@ class TensorTensorScan(_Elementwise):
         a = state.read_compute(self.in0).reshape(self.in0.partitions, -1)
         b = state.read_compute(self.in1).reshape(a.shape)
         carry = np.broadcast_to(operand_value(state, self.initial, 2), (a.shape[0], 1))[:, 0]
-        out = np.empty_like(a)
-        for i in range(a.shape[1]):
-            first = op0(carry, a[:, i]) if self.reverse0 else op0(a[:, i], carry)
-            carry = op1(b[:, i], first) if self.reverse1 else op1(first, b[:, i])
-            out[:, i] = carry
+        out = self._scan(a, b, carry, op0, op1)
+        if self.exact_int:
+            for values in (a, b, carry):
+                integers.check_fp32_inputs(values)
+            wide = (a.astype(np.int64), b.astype(np.int64), carry.astype(np.int64))
+            integers.check_fp32_result(self._scan(*wide, op0, op1, exact=True), out)
         state.write(self.dst, out.reshape(self.dst.shape))
+
+    def _scan(self, a, b, carry, op0: AluOp, op1: AluOp, *, exact: bool = False) -> np.ndarray:
+        """The scan in fp32, or in float64 with integer semantics (`exact`)."""
+        call = integers.apply if exact else (lambda op, x, y: op(x, y))
+        out = np.empty(a.shape, dtype=np.int64 if exact else np.float32)
+        for i in range(a.shape[1]):
+            first = call(op0, carry, a[:, i]) if self.reverse0 else call(op0, a[:, i], carry)
+            carry = call(op1, b[:, i], first) if self.reverse1 else call(op1, first, b[:, i])
+            out[:, i] = carry
+        return out
 
     def cost(self, core) -> Cost:
         return streaming_cost(core, self.engine, self.in0.free_size, factor=2.0, accesses=3)

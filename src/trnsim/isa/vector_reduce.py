@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
+from trnsim.isa import integers
 from trnsim.isa.access import AccessPattern, Memory
 from trnsim.isa.instruction import (
     Cost,
@@ -26,6 +27,17 @@ from trnsim.isa.vector_elementwise import read_for
 FP32_MIN = float(np.finfo(np.float32).min)
 
 
+def _exact_reduce(op, values: np.ndarray) -> np.ndarray:
+    """The reduction of int64 values along the last axis with integer semantics."""
+    fast = {"add": np.sum, "multiply": np.prod, "max": np.max, "min": np.min}.get(op.name)
+    if fast is not None:
+        return fast(values, axis=-1)
+    out = values[..., 0]
+    for i in range(1, values.shape[-1]):
+        out = integers.apply(op, out, values[..., i])
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class TensorReduce(SrcToDst):
     """Reduce `src` over trailing free axes (1-based, consecutive, including the last)."""
@@ -36,6 +48,7 @@ class TensorReduce(SrcToDst):
     op: str
     axes: tuple[int, ...] = (1,)
     negate: bool = False
+    exact_int: bool = False  # integers through fp32 must stay exact (trnsim.isa.integers)
 
     def check(self, core) -> None:
         super().check(core)
@@ -69,6 +82,12 @@ class TensorReduce(SrcToDst):
             out = op.reduce(flat, axis=flat.ndim - 1)
         if self.negate:
             out = -np.asarray(out, dtype=np.float32)
+        if self.exact_int and not op.is_bitwise:
+            integers.check_fp32_inputs(flat)
+            exact = flat.astype(np.int64)
+            exact = (exact[..., 0] - exact[..., 1:].sum(axis=-1) if op.name == "subtract"
+                     else _exact_reduce(op, exact))
+            integers.check_fp32_result(-exact if self.negate else exact, out)
         state.write(self.dst, np.asarray(out).reshape(self.dst.shape))
 
     def cost(self, core) -> Cost:

@@ -86,7 +86,7 @@ def copy(out: Tile, x: Tile) -> None:
                                    f"hold different numbers of elements")
     if tuple(x.shape) != tuple(out.shape):
         with kernel_scope("reshape copy"):
-            if _unit_stride_axis(x) is not None:
+            if _unit_stride_axis(x) is not None and not x.dtype_spec.is_int:
                 # a transposed view: transpose it once in its own shape (128 x 128 blocks), then
                 # reshape the dense result; refined first, the transpose would run on the
                 # refinement's small blocks (ConvBERT's [2, 200, 1728] -> [1200, 64, 9]: 3072
@@ -104,7 +104,8 @@ def copy(out: Tile, x: Tile) -> None:
         return
     with kernel_scope("copy"):
         axis = _unit_stride_axis(x)
-        if axis is not None and out.ndim >= 2:
+        if axis is not None and out.ndim >= 2 and not x.dtype_spec.is_int:
+            # (integers keep every bit through DMA; a TensorE transpose passes through fp32)
             _transposing_copy(out, x, axis)
             return
         _blocked(out, [x], None)

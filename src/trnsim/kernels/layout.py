@@ -62,6 +62,20 @@ _scope_ids = itertools.count(1 << 30)
 
 
 @contextmanager
+def exact_integers(on: bool = True) -> Iterator[None]:
+    """Inside: every instruction that can check it must store exact integers (PyTorch's integer
+    semantics through fp32 engines; see trnsim.isa.integers), or the run is refused."""
+    trace = current_trace()
+    trace.flush()
+    before, trace.exact_int = trace.exact_int, trace.exact_int or on
+    try:
+        yield
+    finally:
+        trace.flush()
+        trace.exact_int = before
+
+
+@contextmanager
 def kernel_scope(name: str) -> Iterator[None]:
     """Free every on-chip tile allocated inside when the block ends (a kernel, or one output
     block's temporaries), as a loop iteration's tiles are freed when it ends."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from trnsim.errors import InvalidArgumentError
+from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.kernels.layout import (
     BANK_FP32,
     Evictor,
@@ -66,6 +66,11 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
                                    f" -> out {list(out.shape)}")
     if stationary not in ("a", "b"):
         raise InvalidArgumentError(f"matmul stationary must be 'a' or 'b'; got {stationary!r}")
+    if a.dtype_spec.is_int or b.dtype_spec.is_int:
+        raise UnsupportedError(f"matmul of integer tensors ({a.dtype_spec.name} @ "
+                               f"{b.dtype_spec.name}): TensorE multiplies floats and sums in fp32, "
+                               f"exact only below 2^24, where PyTorch's integer matmul is exact; "
+                               f"cast the operands to float")
     if bias is not None and tuple(bias.shape) != (n,):
         raise InvalidArgumentError(f"matmul bias {list(bias.shape)} must be [{n}]")
     with kernel_scope("matmul"):

@@ -33,6 +33,7 @@ from trnsim.kernels.layout import (
     P,
     broadcast_to_shape,
     ceil_div,
+    exact_integers,
     has_gpsimd,
     hbm_strides,
     hbm_view,
@@ -74,6 +75,8 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
     axes = tuple(sorted(a % x.ndim for a in axes)) if axes else tuple(range(x.ndim))
     if op in ("argmax", "argmin") and len(axes) > 1 and len(axes) != x.ndim:
         raise InvalidArgumentError(f"{op} over several axes {axes}")
+    if op in ("argmax", "argmin"):
+        check_fp32_exact(x)
     view, kept = _moved_last(x, axes)
     if merged(view[(0,) * kept] if kept else view, 0) is None:
         # reduced axes that do not step uniformly in HBM (sum over axes 0 and 2 of [4, 64, 32]):
@@ -87,17 +90,29 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
     out_view = hbm_view(out, kept_shape or (1,), [s for i, s in enumerate(hbm_strides(out))
                                                   if not (keepdim and i in axes)] or [1])
     count = numel(view.shape[kept:])
-    with kernel_scope("reduce"):
+    integer = x.dtype_spec.is_int and op in ("sum", "prod", "amax", "amin")
+    with kernel_scope("reduce"), exact_integers(integer):
         reducer = _Reducer(op, count, correction if correction is not None else 1.0, prologue)
         # the output gets the reduced axes back as size-1 axes, so both views fold alike
         out_full = hbm_view(out_view, (*kept_shape, *view.shape[kept:]),
                             (*hbm_strides(out_view)[:kept], *[0] * (view.ndim - kept)))
         for columns, out_cols in row_problems([view, out_full], kept):
             out_rows = out_cols[:, 0:1]
-            if hbm_strides(columns)[1] != 1 and _kept_contiguous(columns):
+            if (hbm_strides(columns)[1] != 1 and _kept_contiguous(columns)
+                    and not x.dtype_spec.is_int):  # TensorE transposes through fp32
                 _transposed(columns, out_rows, reducer)
             else:
                 _direct(columns, out_rows, reducer)
+
+
+def check_fp32_exact(x: Tile) -> None:
+    """Integers compared in fp32 (argmax, top-k) must be below 2^24, or two of them may compare
+    equal: an integer input gets an exact-integer amax pass first, refused past 2^24 at run
+    time (`exact_integers`), so the answer is PyTorch's or an error, never another index."""
+    if not x.dtype_spec.is_int:
+        return
+    scratch = nl.ndarray((1,) * x.ndim, dtype=x.dtype_spec, buffer=nl.hbm)
+    reduce(scratch, x, op="amax", axes=tuple(range(x.ndim)), keepdim=True)
 
 
 def _no_reduction(out: Tile, x: Tile, op: str, prologue) -> None:
@@ -375,9 +390,10 @@ def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols:
 
 
 def cumsum(out: Tile, x: Tile, *, axis: int) -> None:
-    """Running sum along `axis` (fp32 carry), a VectorE scan per chunk."""
+    """Running sum along `axis` (fp32 carry), a VectorE scan per chunk. Integers are exact to
+    2^24 this way; a larger integer sum is refused (`exact_integers`), never rounded."""
     axis = axis % x.ndim
-    with kernel_scope("cumsum"):
+    with kernel_scope("cumsum"), exact_integers(x.dtype_spec.is_int):
         moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
         for out2, x2 in row_problems(moved, x.ndim - 1):
             _cumsum_rows(out2, x2)
@@ -419,6 +435,7 @@ def topk(out: Tile, x: Tile, *, k: int, axis: int, largest: bool = True,
         raise UnsupportedError(f"topk over {n} elements along one axis (max8 reads at most "
                                f"{MAX8_COLUMNS} per partition; a two-pass top-k is not "
                                f"implemented)")
+    check_fp32_exact(x)
     with kernel_scope("topk"):
         moved = [_moved_last(t, (axis,))[0] for t in (out, x)]
         for out2, x2 in row_problems(moved, x.ndim - 1):

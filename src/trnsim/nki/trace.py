@@ -201,6 +201,7 @@ class Trace:
         self.label: str | None = None
         self.source: str | None = None
         self.kernel_file: str | None = None  # the traced function's file (see `user_location`)
+        self.exact_int = False  # see `exact_integers`
         self.hbm_tiles: dict[str, Tile] = {}
         self.program_ids: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
@@ -260,6 +261,8 @@ class Trace:
         return self.emit_now(cls, **fields)
 
     def emit_now(self, cls: type[Instruction], **fields) -> Instruction:
+        if self.exact_int and "exact_int" in getattr(cls, "__dataclass_fields__", ()):
+            fields.setdefault("exact_int", True)
         instruction = cls(source=self.source, label=self.label or "", **fields)
         steps = legalise.staged(self, instruction, fields)
         if steps is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from trnsim.compiler.errors import IRError
 from trnsim.compiler.fused import Program, Step
+from trnsim.compiler.lowering import integer_steps
 from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
@@ -37,6 +38,8 @@ def _step(step: Step, args: list[Any]) -> Tile | float:
     from trnsim.nki.language import elementwise as ew
 
     op, dt = step.op, _dtype(step)
+    if integer_steps.applies(step, args):
+        return integer_steps.lower(step, args)
     if op in _ACTIVATIONS:
         return ew.activation(_ACTIVATIONS[op], args[0], dtype=dt)
     if op == "gelu":
@@ -62,9 +65,7 @@ def _step(step: Step, args: list[Any]) -> Tile | float:
     if op in _BINARY:
         name = _BINARY[op]
         if op == "div" and not step.attr("true_div", True):
-            # integer floor division as floor of the fp32 quotient: exact while |a| + |b| <
-            # 2^24 (the quotient of integers then never rounds across an integer), which holds
-            # for the indices and counts models divide
+            # floor division of floats (integers: `integer_steps`)
             quotient = ew.binary(name, args[0], args[1], dtype="float32")
             return ew.activation("floor", quotient, dtype=dt)
         if op == "remainder":

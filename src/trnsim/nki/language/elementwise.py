@@ -40,8 +40,12 @@ def _is_column(tile: Tile, other: Tile) -> bool:
             and other.size != other.shape[0])
 
 
-def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
-    """x op y for tiles and scalars (the engine of every binary nl op and tile operator)."""
+def binary(op: str, x, y, *, dtype=None, mask=None, engine=None, exact_int=False) -> Tile | float:
+    """x op y for tiles and scalars (the engine of every binary nl op and tile operator).
+
+    `engine` and `exact_int` are for trnsim's compiler (integer arithmetic on GpSimd, see
+    trnsim.isa.integers); kernels' nl calls leave them unset."""
+    extra = {"exact_int": True} if exact_int else {}
     name = alu_op(op).name
     if is_scalar(x) and is_scalar(y):
         return float(alu_op(name)(np.float32(x), np.float32(y)))
@@ -55,15 +59,18 @@ def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
         if out_dtype is None and not data.dtype_spec.is_float and _is_float_scalar(raw):
             out_dtype = as_dtype("float32")  # (integer, float): pick the float type
         return _tensor_scalar(trace, name, data, float(raw), scalar_first, out_dtype, predicate,
-                              integer_scalar=isinstance(raw, (int, np.integer)))
+                              integer_scalar=isinstance(raw, (int, np.integer)), engine=engine,
+                              extra=extra)
     a, b = tile_arg(x, f"nl.{name} operand"), tile_arg(y, f"nl.{name} operand")
     result_dtype = out_dtype or _default_dtype(name, a.dtype_spec, b.dtype_spec)
     if a.shape != b.shape and a.size != b.size:
         a, b = (_across_partitions(name, t, a, b) for t in (a, b))
         if _is_column(b, a):
-            return _tensor_scalar(trace, name, a, b, False, result_dtype, predicate)
+            return _tensor_scalar(trace, name, a, b, False, result_dtype, predicate,
+                                  engine=engine, extra=extra)
         if _is_column(a, b):
-            return _tensor_scalar(trace, name, b, a, True, result_dtype, predicate)
+            return _tensor_scalar(trace, name, b, a, True, result_dtype, predicate,
+                                  engine=engine, extra=extra)
         shape = _broadcast_shape(name, a, b)
         a, b = broadcast_view(a, shape), broadcast_view(b, shape)
     elif a.shape != b.shape and a.shape[0] != b.shape[0]:
@@ -73,7 +80,7 @@ def binary(op: str, x, y, *, dtype=None, mask=None) -> Tile | float:
     def emit(dst: Tile, accumulate: bool = False) -> None:
         trace.emit_now(TensorTensor, dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
                        in1=b.access(predicate, tags), op=name,
-                       engine=_engine_for(name, (a, b, dst), True))
+                       engine=engine or _engine_for(name, (a, b, dst), True), **extra)
 
     return trace.defer(a.shape, result_dtype, emit, tags=tags)
 
@@ -128,7 +135,7 @@ def broadcast_view(tile: Tile, shape: tuple[int, ...]) -> Tile:
 
 
 def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype, predicate,
-                   integer_scalar: bool = False) -> Tile:
+                   integer_scalar: bool = False, engine=None, extra: dict | None = None) -> Tile:
     tags = data.tags
     result_dtype = out_dtype or _default_dtype(op, data.dtype_spec)
 
@@ -137,7 +144,8 @@ def _tensor_scalar(trace, op: str, data: Tile, operand, reverse: bool, out_dtype
         tiles = (data, dst, operand) if isinstance(operand, Tile) else (data, dst)
         trace.emit_now(TensorScalar, dst=dst.access(predicate, tags), src=data.access(predicate, tags),
                        op0=op, operand0=value, reverse0=reverse,
-                       engine=_engine_for(op, tiles, isinstance(operand, Tile) or integer_scalar))
+                       engine=engine or _engine_for(op, tiles, isinstance(operand, Tile) or integer_scalar),
+                       **(extra or {}))
 
     return trace.defer(data.shape, result_dtype, emit, tags=tags)
 
