@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from trnsim.errors import InvalidArgumentError, UnknownNameError
@@ -110,26 +111,41 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
     if stochastic_rounding is not None:
         os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if stochastic_rounding else "0"
     from trnsim.runtime.xla import api
-    from trnsim.runtime.xla.executor import PROFILE_ENV
 
-    trace_dir = None
-    if trace is not None:  # each graph's trace as it compiles, then the last step's joined
-        trace_dir = tempfile.mkdtemp(prefix="trnsim-train-trace-")
-        os.environ[PROFILE_ENV] = trace_dir
-    api.register_device()
-    api.install()
+    writer = _tensorboard_writer(tensorboard)  # TensorBoard missing: an error before any work
+    with _graph_traces(trace is not None) as trace_dir:
+        api.register_device()
+        api.install()
+        from trnsim.runtime.xla.report import step_report, write_step_trace
+
+        try:
+            _train_steps(entry, micro_batch, grad_accum, seq or entry.default_seq, optimizer,
+                         steps, layers, progress, writer)
+        finally:
+            if writer is not None:
+                from trnsim.runtime.xla.tensorboard import unregister
+
+                unregister(writer)
+                writer.close()
+        if trace_dir is not None:
+            write_step_trace(trace, trace_dir)
+    return step_report(samples_per_step=micro_batch * grad_accum)
+
+
+def _train_steps(entry: TrainEntry, micro_batch: int, grad_accum: int, seq: int, optimizer: str,
+                 steps: int, layers: int | None, progress, writer) -> None:
     import torch
     import torch_xla.core.xla_model as xm
 
-    from trnsim.runtime.xla.report import step_report, write_step_trace
-
-    writer = _tensorboard_writer(tensorboard, micro_batch * grad_accum)
     net = entry.build(layers)
     device = xm.xla_device()
     net.to(device)
     opt = (torch.optim.AdamW(net.parameters(), lr=1e-4) if optimizer == "adamw" else
            torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9))
-    seq = seq or entry.default_seq
+    if writer is not None:
+        from trnsim.runtime.xla.tensorboard import LOSS_TAG, register, step_count
+
+        register(writer, micro_batch * grad_accum)
     for step in range(steps):
         for micro in range(grad_accum):
             batch = {k: v.to(device) for k, v in
@@ -140,27 +156,32 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
         opt.zero_grad()
         xm.mark_step()
         if writer is not None:  # the step ran: reading its loss cuts no graph
-            from trnsim.runtime.xla.tensorboard import LOSS_TAG, step_count
-
             writer.add_scalar(LOSS_TAG, loss.item() * grad_accum, step_count())
         if progress is not None:
             progress(step)
-    if writer is not None:
-        from trnsim.runtime.xla.tensorboard import unregister
-
-        unregister(writer)
-        writer.close()
-    if trace_dir is not None:
-        try:
-            write_step_trace(trace, trace_dir)
-        finally:
-            os.environ.pop(PROFILE_ENV, None)
-            shutil.rmtree(trace_dir, ignore_errors=True)
-    return step_report(samples_per_step=micro_batch * grad_accum)
 
 
-def _tensorboard_writer(directory: str | None, samples_per_step: int):
-    """TensorBoard's own writer on `directory`, registered for trnsim's step figures."""
+@contextmanager
+def _graph_traces(wanted: bool):
+    """While training, a temporary directory each compiled graph's trace is written to (the
+    executor's profile directory), removed afterwards; None when no trace is wanted."""
+    if not wanted:
+        yield None
+        return
+    from trnsim.runtime.xla.executor import PROFILE_ENV
+
+    directory = tempfile.mkdtemp(prefix="trnsim-train-trace-")
+    os.environ[PROFILE_ENV] = directory
+    try:
+        yield directory
+    finally:
+        os.environ.pop(PROFILE_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _tensorboard_writer(directory: str | None):
+    """TensorBoard's own writer on `directory` (registered for trnsim's step figures once the
+    device is installed)."""
     if directory is None:
         return None
     try:
@@ -168,8 +189,4 @@ def _tensorboard_writer(directory: str | None, samples_per_step: int):
     except ImportError:
         raise InvalidArgumentError("--tensorboard needs TensorBoard: pip install "
                                    "'trnsim[tensorboard]'") from None
-    from trnsim.runtime.xla.tensorboard import register
-
-    writer = SummaryWriter(log_dir=directory)
-    register(writer, samples_per_step)
-    return writer
+    return SummaryWriter(log_dir=directory)
