@@ -17,6 +17,7 @@ from trnsim.cli import (  # noqa: F401  (registers commands)
     model,
     monitor,
     nccom,
+    plan,
     profile,
     serve,
     top,

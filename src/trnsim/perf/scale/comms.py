@@ -68,8 +68,8 @@ def together_ns(instance: str, nodes: int, lnc: int, op: str, nbytes: int, dtype
     if nbytes <= 0 or not groups or len(groups[0]) < 2:
         return 0.0
     if nodes > MAX_SIMULATED_NODES:
-        raise LimitExceededError(f"a collective over {nodes} nodes: the fabric model simulates "
-                                 f"at most {MAX_SIMULATED_NODES}")
+        raise LimitExceededError("nodes of one simulated collective", nodes,
+                                 MAX_SIMULATED_NODES)
     payload = {"instance": instance, "nodes": nodes, "lnc": lnc, "op": op, "nbytes": nbytes,
                "dtype": dtype, "groups": groups, "pairs": pairs}
     path = _disk_path(_key(payload))

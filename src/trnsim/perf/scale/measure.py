@@ -11,6 +11,11 @@ precision from the environment.
 A micro-batch whose graph trnsim's compiler cannot lower at once (an on-chip memory limit) is
 split into equal chunks of sequences, each timed alone; their sum is the micro-batch's time (an
 upper bound: the chunks repeat fixed costs a whole batch would amortise). The entry says so.
+A single sequence too long to lower is timed at half and a quarter of its length and composed
+from the layer's two parts: work linear in the tokens (projections, MLP, norms) and attention's
+scores and values, quadratic in them. With x = seq/4, t(x) = a*x + b*x^2 and t(2x) give
+t(4x) = 6 t(2x) - 8 t(x) (the quadratic share clamped at zero, which leaves 2 t(2x)); the
+entry records `seq_split` (the optimizer's time does not depend on the sequence).
 """
 
 from __future__ import annotations
@@ -65,6 +70,25 @@ def _peak() -> float:
 
 
 def measure_one(kind: str, shape, optimizer: str) -> dict:
+    from trnsim.errors import LimitExceededError
+
+    try:
+        return _measure_batch(kind, shape, optimizer)
+    except LimitExceededError as error:
+        if shape.micro_batch != 1 or shape.seq < 512 or shape.seq % 4:
+            raise
+        print(f"trnsim plan: {kind} {shape.key()}: {error}; composing from seq {shape.seq // 2}"
+              f" and {shape.seq // 4}", file=sys.stderr)
+    half = measure_one(kind, replace(shape, seq=shape.seq // 2), optimizer)
+    quarter = measure_one(kind, replace(shape, seq=shape.seq // 4), optimizer)
+    out = dict(half)
+    for phase in ("forward_ns", "backward_ns", "flops"):
+        out[phase] = max(6 * half[phase] - 8 * quarter[phase], 2 * half[phase])
+    out["seq_split"] = out.get("seq_split", 0) + 1
+    return out
+
+
+def _measure_batch(kind: str, shape, optimizer: str) -> dict:
     from trnsim.errors import LimitExceededError
 
     chunks = 1

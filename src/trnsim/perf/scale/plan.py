@@ -211,6 +211,10 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     if layer.chunks > 1:
         notes.append(f"the layer's micro-batch was simulated in {layer.chunks} chunks (the "
                      "compiler could not lower it at once): an upper bound")
+    if layer.seq_split or head.seq_split:
+        notes.append(f"seq {work.seq} was too long for the simulated compiler at once: the "
+                     "layer is composed from simulated halves and quarters of the sequence "
+                     "(linear + quadratic in tokens)")
     if system.lnc_size > 1:
         notes.append(f"LNC={system.lnc_size}: one physical core's simulated time / "
                      f"{system.lnc_size} (ideal split)")

@@ -78,8 +78,8 @@ def parse_system(text: str, lnc: int | None = None) -> System:
                                        f"{', '.join(sorted(ULTRACLUSTERS))}")
         chips = int(match.group("count"))
         if chips > cluster.max_chips:
-            raise LimitExceededError(f"{cluster.name}: {chips} chips exceeds the documented "
-                                     f"{cluster.max_chips}")
+            raise LimitExceededError(f"{cluster.name} chips", chips, cluster.max_chips,
+                                     context="the documented largest cluster")
         member = hardware.instance(cluster.member)
         nodes = max(1, -(-chips // member.chips))
         return _checked(System(member.name, nodes, lnc))

@@ -35,6 +35,7 @@ class Timing:
     optimizer_ns: float
     flops: float = 0.0
     chunks: int = 1
+    seq_split: int = 0  # times the sequence was halved to compose it (see measure)
 
     @property
     def step_ns(self) -> float:
@@ -98,7 +99,8 @@ class Timer:
             raise MeasurementError(f"{kind} {shape.key()} on {self.instance}: the simulator "
                                    f"could not time it ({data['error']})")
         timing = Timing(**{k: data[k] for k in ("forward_ns", "backward_ns", "optimizer_ns",
-                                                 "flops", "chunks")})
+                                                 "flops", "chunks")},
+                        seq_split=int(data.get("seq_split", 0)))
         self._memo[key] = timing
         return timing
 
