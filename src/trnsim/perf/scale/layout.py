@@ -51,6 +51,7 @@ class Layout:
                            (self.zero1, "ZeRO-1"), (self.recompute, "RC"),
                            (self.dp_overlap > 0, "OVERLAP"),
                            (self.virtual_stages > 1, f"V{self.virtual_stages}"),
+                           (self.pp > 1 and self.schedule == "gpipe", "GPipe"),
                            (self.lnc is not None, f"LNC{self.lnc}")):
             if flag:
                 parts.append(text)

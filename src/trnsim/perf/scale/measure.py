@@ -8,9 +8,10 @@ compiler and timed on the instruction-level simulator, exactly as a user's torch
 A process of its own because the lazy device is process-wide and reads its instance and
 precision from the environment.
 
-A micro-batch whose graph trnsim's compiler cannot lower at once (an on-chip memory limit) is
-split into equal chunks of sequences, each timed alone; their sum is the micro-batch's time (an
-upper bound: the chunks repeat fixed costs a whole batch would amortise). The entry says so.
+A shape whose graph trnsim's compiler cannot lower at once (an on-chip memory limit) is timed
+in equal parts: the LM head's vocabulary in halves (as TP shards it: parallel embedding and
+cross-entropy), a micro-batch in halves of its sequences; the parts' sum is the shape's time
+(an upper bound: the parts repeat fixed costs a whole would amortise). The entry says so.
 A single sequence too long to lower is timed at half and a quarter of its length and composed
 from the layer's two parts: work linear in the tokens (projections, MLP, norms) and attention's
 scores and values, quadratic in them. With x = seq/4, t(x) = a*x + b*x^2 and t(2x) give
@@ -29,10 +30,25 @@ from dataclasses import replace
 _OPTIMIZERS = {"adamw": "AdamW", "lamb": "AdamW", "sgd": "SGD"}
 
 
+def _forget_pending() -> None:
+    """Every live device tensor becomes device data, so a step that failed to compile leaves
+    no pending graph behind for the next one."""
+    import gc
+
+    from trnsim.runtime.xla.device import DEVICE
+    from trnsim.runtime.xla.lazy import LIVE, data_value
+
+    gc.collect()
+    for tensor in list(LIVE):
+        tensor.ir = data_value(tensor.value, None)
+    DEVICE.pending_collectives = []
+
+
 def _step(kind: str, shape, optimizer: str) -> dict:
     import torch
     import torch_xla.core.xla_model as xm
 
+    _forget_pending()
     from trnsim.perf.scale.layer import build_head, build_layer
     from trnsim.runtime.xla.report import step_report
 
@@ -53,9 +69,9 @@ def _step(kind: str, shape, optimizer: str) -> dict:
         upstream = torch.randn(b, s, h, generator=g).to(device)
         loss = module(ids, hidden, labels, upstream)
     loss.backward()
-    opt.step()
-    opt.zero_grad()
+    xm.optimizer_step(opt)
     xm.mark_step()
+    opt.zero_grad()
     report = step_report(samples_per_step=b)
     flops = report.mfu * report.step_ms * 1e-3 * _peak() if report.mfu else 0.0
     return {"forward_ns": report.phase_ms["forward"] * 1e6,
@@ -70,44 +86,51 @@ def _peak() -> float:
 
 
 def measure_one(kind: str, shape, optimizer: str) -> dict:
+    """Time one shape; when the compiler cannot lower it at once, time equal parts (module
+    docstring): the LM head's vocabulary in halves, a micro-batch in halves, a sequence from
+    its half and quarter."""
     from trnsim.errors import LimitExceededError
 
     try:
-        return _measure_batch(kind, shape, optimizer)
+        start = time.perf_counter()
+        timing = _step(kind, shape, optimizer)
+        timing["wall_s"] = time.perf_counter() - start
+        return timing
     except LimitExceededError as error:
-        if shape.micro_batch != 1 or shape.seq < 512 or shape.seq % 4:
-            raise
-        print(f"trnsim plan: {kind} {shape.key()}: {error}; composing from seq {shape.seq // 2}"
+        reason = str(error)
+    if kind == "head" and shape.vocab >= 2048:
+        part = measure_one(kind, replace(shape, vocab=-(-shape.vocab // 2)), optimizer)
+        how, scale = "vocabulary halves", 2
+    elif shape.micro_batch > 1 and shape.micro_batch % 2 == 0:
+        part = measure_one(kind, replace(shape, micro_batch=shape.micro_batch // 2), optimizer)
+        how, scale = "micro-batch halves", 2
+    elif shape.seq >= 512 and shape.seq % 4 == 0:
+        half = measure_one(kind, replace(shape, seq=shape.seq // 2), optimizer)
+        quarter = measure_one(kind, replace(shape, seq=shape.seq // 4), optimizer)
+        print(f"trnsim plan: {kind} {shape.key()}: {reason}; composed from seq {shape.seq // 2}"
               f" and {shape.seq // 4}", file=sys.stderr)
-    half = measure_one(kind, replace(shape, seq=shape.seq // 2), optimizer)
-    quarter = measure_one(kind, replace(shape, seq=shape.seq // 4), optimizer)
-    out = dict(half)
-    for phase in ("forward_ns", "backward_ns", "flops"):
-        out[phase] = max(6 * half[phase] - 8 * quarter[phase], 2 * half[phase])
-    out["seq_split"] = out.get("seq_split", 0) + 1
+        out = dict(half)
+        for phase in ("forward_ns", "backward_ns", "flops"):
+            out[phase] = max(6 * half[phase] - 8 * quarter[phase], 2 * half[phase])
+        out["seq_split"] = half.get("seq_split", 0) + 1
+        return out
+    else:
+        raise _refused(reason)
+    print(f"trnsim plan: {kind} {shape.key()}: {reason}; timed in {how}", file=sys.stderr)
+    out = dict(part)
+    phases = ("forward_ns", "backward_ns", "flops") + (("optimizer_ns",) if kind == "head"
+                                                        and how.startswith("vocab") else ())
+    for phase in phases:
+        out[phase] = part[phase] * scale
+    out["chunks"] = part.get("chunks", 1) * scale
     return out
 
 
-def _measure_batch(kind: str, shape, optimizer: str) -> dict:
-    from trnsim.errors import LimitExceededError
+def _refused(reason: str) -> Exception:
+    from trnsim.errors import UnsupportedError
 
-    chunks = 1
-    while True:
-        part = replace(shape, micro_batch=shape.micro_batch // chunks)
-        try:
-            start = time.perf_counter()
-            timing = _step(kind, part, optimizer)
-            break
-        except LimitExceededError as error:
-            if part.micro_batch % 2 or part.micro_batch == 1:
-                raise
-            chunks *= 2
-            print(f"trnsim plan: {kind} {part.key()}: {error}; timing {chunks} chunks",
-                  file=sys.stderr)
-    for phase in ("forward_ns", "backward_ns", "flops"):
-        timing[phase] *= chunks
-    timing.update(chunks=chunks, wall_s=time.perf_counter() - start)
-    return timing
+    return UnsupportedError(f"the simulated compiler cannot lower this shape, nor any equal "
+                            f"part of it: {reason}")
 
 
 def main() -> None:

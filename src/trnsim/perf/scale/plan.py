@@ -40,6 +40,7 @@ class TrainingPlan:
     microbatches: int  # per step per data-parallel rank
     precision: str
     optimizer: str
+    schedule: str  # pipeline schedule ("1f1b", "gpipe", "interleaved")
     per_layer_ms: dict[str, float]  # one layer, one micro-batch, one core
     breakdown_ms: dict[str, float]  # one step
     step_ms: float
@@ -227,6 +228,7 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
                  "tp_forward": tp_layer_fwd * ms, "tp_backward": tp_layer_bwd * ms}
     return TrainingPlan(
         model.name, system.label(), layout.label(), work.seq, work.global_batch,
-        work.micro_batch, m, work.precision, work.optimizer, per_layer, breakdown,
+        work.micro_batch, m, work.precision, work.optimizer,
+        layout.schedule if layout.pp > 1 else "-", per_layer, breakdown,
         step_ns * ms, seqs, tokens, mfu, memory.to_dict(), memory.fits, system.cores,
         system.price_per_hour, notes)

@@ -48,19 +48,31 @@ def _powers_of_two(limit: int) -> list[int]:
     return [1 << k for k in range(limit.bit_length()) if (1 << k) <= limit]
 
 
+SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 4))
+
+
 def candidates(model: ModelSpec, system: System, work: Training, *,
-               micro_batches: Iterable[int] = (1, 2, 4)) -> list[tuple[Layout, Training]]:
-    """Every TP (a power of two dividing the heads, within a node), PP (a power of two up to
-    the layers), micro-batch, SP, ZeRO-1, recomputation and schedule (1F1B, interleaved x2)."""
+               micro_batches: Iterable[int] = (1, 2, 4),
+               tps: Iterable[int] | None = None) -> list[tuple[Layout, Training]]:
+    """Every TP (a power of two dividing the heads, within a node; or `tps`), PP (a power of
+    two up to the layers), micro-batch, SP, ZeRO-1, recomputation, pipeline schedule (1F1B,
+    GPipe, interleaved with 2 or 4 chunks per rank) and DP overlap (none, bucketed)."""
     out = []
-    tps = [t for t in _powers_of_two(system.cores_per_node) if model.heads % t == 0]
+    allowed = [t for t in _powers_of_two(system.cores_per_node) if model.heads % t == 0]
+    if tps is not None:
+        allowed = [t for t in allowed if t in set(tps)]
     pps = [p for p in _powers_of_two(min(model.layers, system.cores)) if p <= model.layers]
-    for tp, pp, mb, sp, zero1, rc, v in itertools.product(
-            tps, pps, micro_batches, (False, True), (False, True), (False, True), (1, 2)):
-        if (sp and tp == 1) or (v > 1 and (pp == 1 or model.layers % (pp * v))):
+    for tp, pp, mb, sp, zero1, rc, (schedule, v), overlap in itertools.product(
+            allowed, pps, micro_batches, (False, True), (False, True), (False, True),
+            SCHEDULES, (0.0, 1.0)):
+        if sp and tp == 1:
+            continue
+        if pp == 1 and schedule != "1f1b":
+            continue  # one stage has no schedule to choose
+        if v > 1 and model.layers % (pp * v):
             continue
         layout = Layout(tp=tp, pp=pp, sp=sp, zero1=zero1, recompute=rc, virtual_stages=v,
-                        schedule="interleaved" if v > 1 else "1f1b", lnc=system.lnc)
+                        schedule=schedule, lnc=system.lnc, dp_overlap=overlap)
         out.append((layout, replace(work, micro_batch=mb)))
     return out
 
@@ -104,18 +116,18 @@ def evaluate(model: ModelSpec, system: System, items: list) -> list[TrainingPlan
 def _rank_key(plan: TrainingPlan) -> tuple:
     per_dollar = plan.tokens_per_dollar
     return (-(per_dollar if per_dollar is not None else plan.tokens_per_s), plan.step_ms,
-            plan.layout, plan.micro_batch)
+            plan.layout, plan.micro_batch, plan.schedule)
 
 
 def search(model: ModelSpec, system: System, work: Training, *, backend: str = "ray",
            ray_address: str | None = None, max_days: float | None = None,
            tokens: float | None = None, chunks: int = 8,
-           micro_batches: Iterable[int] = (1, 2, 4),
+           micro_batches: Iterable[int] = (1, 2, 4), tps: Iterable[int] | None = None,
            progress: Callable[[str], None] | None = None) -> SearchResult:
     """The fitting layouts, best throughput per dollar first (per second where the system has
     no price); `max_days`: only those that train `tokens` within that many days."""
     start = time.perf_counter()
-    pairs = candidates(model, system, work, micro_batches=micro_batches)
+    pairs = candidates(model, system, work, micro_batches=micro_batches, tps=tps)
     ready, rejected = _prepare(model, system, pairs)
     timers: dict[tuple, list] = {}
     for layout, w, _, _ in ready:
