@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from trnsim.perf.scale.layout import Training, parse_layout  # noqa: E402
-from trnsim.perf.scale.model import ModelSpec, from_config  # noqa: E402
-from trnsim.perf.scale.plan import layer_shape, plan_training, resolve_layout  # noqa: E402
-from trnsim.perf.scale.system import parse_system  # noqa: E402
+from trnsim.perf.scale.layout import Training, parse_layout
+from trnsim.perf.scale.model import ModelSpec, from_config
+from trnsim.perf.scale.plan import layer_shape, plan_training, resolve_layout
+from trnsim.perf.scale.system import parse_system
 
 SCRIPTS = Path(__file__).parent / "scripts"
 SRC = Path(__file__).resolve().parents[3] / "src"
