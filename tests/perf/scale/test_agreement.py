@@ -64,7 +64,13 @@ def test_data_parallel_plan_matches_the_training_paths_dp_step(tmp_path, monkeyp
     model = from_config(TINY_LLAMA, "tiny-llama")
     plan = plan_training(model, parse_system("trn1.32xlarge"), parse_layout(f"DP{world}"),
                          Training(seq, micro * world, micro, "bf16"))
-    # the same job: throughput within 25%, the gradient all-reduce within 25%
+    # the same job: throughput within 25% (the planner's layer and head modules are not the
+    # Hugging Face model's graph); the gradient all-reduce is the training path's own timing of
+    # it (its "collectives" phase also holds the 1/world scaling kernels)
     assert plan.sequences_per_s == pytest.approx(measured["throughput_per_s"], rel=0.25)
+    from trnsim.runtime.xla.collective import all_reduce_ns
+
+    grad_bytes = plan.memory["gradients_bytes"]
     assert plan.breakdown_ms["dp_reduction_exposed"] == pytest.approx(
-        measured["phase_ms"]["collectives"], rel=0.25)
+        all_reduce_ns(grad_bytes, world, "trn1.32xlarge") / 1e6, rel=0.05)
+    assert plan.breakdown_ms["dp_reduction_exposed"] <= measured["phase_ms"]["collectives"]
