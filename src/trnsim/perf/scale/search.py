@@ -155,7 +155,7 @@ def _run_ray(model, system, ready, chunks: int, address: str | None) -> list[Tra
     try:
         import ray
     except ImportError:
-        raise InvalidArgumentError("Ray is not installed (pip install 'ray>=2.9'); or search "
+        raise InvalidArgumentError("Ray is not installed (pip install 'trnsim[cluster]'); or search "
                                    "in-process (--no-ray)") from None
     started = False
     if not ray.is_initialized():
