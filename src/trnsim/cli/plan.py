@@ -44,14 +44,37 @@ def plan(
     top: int = typer.Option(10, "--top", help="--search: layouts shown."),
     plot: str | None = typer.Option(None, "--plot", help="--search: write a PNG of the "
                                     "layouts (throughput vs cost)."),
+    prompt: int | None = typer.Option(None, "--prompt", help="Inference instead: prompt "
+                                      "tokens (TTFT, TPOT, tokens/s at the layout's TP)."),
+    output: int = typer.Option(128, "--output", help="Inference: generated tokens."),
+    batch: int = typer.Option(1, "--batch", help="Inference: sequences per replica."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Plan a training job on a cluster from simulated per-layer timings and the fabric model."""
+    """Plan a training job on a cluster from simulated per-layer timings and the fabric model
+    (or, with --prompt, a deployment's TTFT, TPOT and tokens/s)."""
     from trnsim.cli.progress import steps
     from trnsim.perf.scale import Training, parse_layout, parse_system, resolve_model
 
     spec = resolve_model(model, layers)
     machine = parse_system(system, lnc)
+    if prompt is not None:
+        from trnsim.perf.scale.inference import plan_inference
+
+        with steps("trnsim plan", quiet=as_json) as bar:
+            result = plan_inference(spec, machine, parse_layout(layout).tp, prompt, output,
+                                    batch, model_name=model, progress=bar.step)
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2))
+        else:
+            gib = 2**30
+            console().print(
+                f"{result.model} on {result.system}, TP{result.tp} x {result.replicas} replicas,"
+                f" batch {batch}: TTFT {result.ttft_ms:.2f} ms, TPOT {result.tpot_ms:.2f} ms, "
+                f"{result.tokens_per_s:,.0f} tokens/s; HBM per core "
+                f"{result.memory['total_bytes'] / gib:.2f} GiB (KV cache "
+                f"{result.memory['kv_cache_bytes'] / gib:.2f}) "
+                f"{'fits' if result.fits else 'DOES NOT FIT'}", markup=False, highlight=False)
+        return
     work = Training(seq or spec.default_seq, global_batch, micro_batch, precision, optimizer)
     with steps("trnsim plan", quiet=as_json) as bar:
         if do_search:

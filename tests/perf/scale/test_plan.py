@@ -80,3 +80,30 @@ def test_bad_layouts_are_named_errors():
         resolve_layout(MODEL, SYSTEM, parse_layout("TP2 DP4"), work)
     with pytest.raises(InvalidArgumentError, match="micro-batches"):
         plan_training(MODEL, SYSTEM, parse_layout("TP1"), Training(32, 48, 1))
+
+
+class _Steps:
+    """Step costs standing in for the serving path's simulated ones."""
+
+    def prefill_ms(self, batch: int, length: int) -> float:
+        return 0.01 * batch * length
+
+    def decode_ms(self, batch: int, positions: int) -> float:
+        return 1.0 + 0.001 * batch * positions
+
+
+def test_inference_plan_composes_ttft_tpot_and_replicas():
+    from trnsim.perf.scale.inference import plan_inference
+    from trnsim.perf.scale.memory import kv_cache_bytes
+
+    model = ModelSpec("tiny-lm", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
+                      vocab=256)
+    plan = plan_inference(model, SYSTEM, tp=2, prompt=100, output=4, batch=2, costs=_Steps())
+    assert plan.ttft_ms == pytest.approx(0.01 * 2 * 128)  # the prompt's 128 bucket
+    assert plan.tpot_ms == pytest.approx(1.0 + 0.001 * 2 * 128)
+    assert plan.replicas == 16
+    per_replica = 2 * 4 / ((plan.ttft_ms + 3 * plan.tpot_ms) / 1e3)
+    assert plan.tokens_per_s == pytest.approx(16 * per_replica)
+    # K and V of 2 layers, one KV head per TP rank, 104 positions, 2 sequences, bf16
+    assert plan.memory["kv_cache_bytes"] == kv_cache_bytes(model, 2, 2, 104) == \
+        2 * 2 * 1 * 16 * 104 * 2 * 2
