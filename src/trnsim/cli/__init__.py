@@ -10,6 +10,7 @@ import sys
 
 from trnsim.cli import (  # noqa: F401  (registers commands)
     bench,
+    claims,
     generate,
     instances,
     kernel,
@@ -17,6 +18,7 @@ from trnsim.cli import (  # noqa: F401  (registers commands)
     model,
     monitor,
     nccom,
+    plan,
     profile,
     serve,
     top,

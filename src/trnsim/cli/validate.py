@@ -16,7 +16,7 @@ from trnsim.cli.format import sig, signed_pct
 from trnsim.cli.progress import steps
 from trnsim.cli.tables import Column, print_table
 
-KINDS = ("model", "kernel", "collective", "generation")
+KINDS = ("model", "kernel", "collective", "generation", "training")
 # The README's accuracy figure averages these rows (collectives are reported apart: two rows of
 # one fabric would weigh as much as a model).
 HEADLINE_KINDS = ("model", "kernel")

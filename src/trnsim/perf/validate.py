@@ -103,7 +103,7 @@ class RowKind:
 
 KINDS: dict[str, RowKind] = {}
 # kinds of the calibration set that no predictor handles yet, and why
-PENDING_KINDS = {"training": "training rows (step throughput) are not predicted yet"}
+PENDING_KINDS: dict[str, str] = {}
 
 
 def register_kind(kind: RowKind) -> None:
@@ -295,7 +295,19 @@ def predict_generation(row: dict) -> float:
     return predict(row)
 
 
+def predict_training(row: dict) -> float:
+    """Throughput (sequences or images per second) of a training row, from the planner
+    (`trnsim.perf.scale.validation`)."""
+    from trnsim.perf.scale.validation import predict_training as predict
+
+    return predict(row)
+
+
+THROUGHPUT_UNITS = {"seq/s": 1.0, "img/s": 1.0, "samples/s": 1.0}
+
 for _kind in (RowKind("model", predict_model, "ms", TIME_UNITS_PER_MS),
+              RowKind("training", predict_training, "seq/s", THROUGHPUT_UNITS,
+                      by_default=False),
               RowKind("kernel", predict_kernel, "ms", TIME_UNITS_PER_MS),
               RowKind("collective", predict_collective, "us", TIME_UNITS_PER_MS),
               RowKind("generation", predict_generation, "ms", TIME_UNITS_PER_MS,

@@ -1,0 +1,149 @@
+"""One NeuronCore's share of a transformer layer, as a PyTorch module the training path runs.
+
+Tensor parallelism as Megatron / NeuronX Distributed shard a layer: the attention heads and the
+MLP's intermediate width are split over the TP ranks (ColumnParallelLinear for QKV and up/gate,
+RowParallelLinear for the output and down projections), the hidden width is not. So one core's
+share is an ordinary layer with `heads / tp` query heads, `max(1, kv_heads / tp)` key/value heads
+(GQA replicates K/V when TP exceeds them) and `ffn / tp` intermediate width; its collectives
+(the all-reduces after the row-parallel linears) are timed by the fabric model, not here.
+Sequence parallelism splits the norms' tokens by TP: `seq_shard` tokens per core for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The shapes of one core's share of one layer for one micro-batch."""
+
+    hidden: int
+    heads: int  # query heads on this core
+    kv_heads: int  # key/value heads on this core
+    head_dim: int
+    ffn: int  # intermediate width on this core
+    gated: bool  # SwiGLU (Llama) or a plain GELU MLP (BERT, GPT-2, ViT)
+    norm: str  # "rms" or "layer"
+    causal: bool
+    rotary: bool
+    micro_batch: int
+    seq: int
+
+    def key(self) -> str:
+        return (f"h{self.hidden}-q{self.heads}-kv{self.kv_heads}-d{self.head_dim}-f{self.ffn}"
+                f"-{'glu' if self.gated else 'mlp'}-{self.norm}-{'causal' if self.causal else 'full'}"
+                f"-{'rope' if self.rotary else 'norope'}-b{self.micro_batch}-s{self.seq}")
+
+
+def build_layer(shape: LayerShape):
+    """The layer as a torch module (random weights; only its graph and shapes matter)."""
+    import torch
+    from torch import nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(width))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    def norm():
+        return RMSNorm(shape.hidden) if shape.norm == "rms" else nn.LayerNorm(shape.hidden)
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            s = shape
+            bias = s.norm == "layer"
+            self.norm1, self.norm2 = norm(), norm()
+            self.qkv = nn.Linear(s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, bias=bias)
+            self.out = nn.Linear(s.heads * s.head_dim, s.hidden, bias=bias)
+            self.up = nn.Linear(s.hidden, s.ffn * (2 if s.gated else 1), bias=bias)
+            self.down = nn.Linear(s.ffn, s.hidden, bias=bias)
+            if s.rotary:
+                angle = torch.arange(s.seq)[:, None] * (
+                    10000.0 ** (-torch.arange(0, s.head_dim, 2) / s.head_dim))[None, :]
+                angle = torch.cat([angle, angle], dim=-1)
+                self.register_buffer("cos", angle.cos(), persistent=False)
+                self.register_buffer("sin", angle.sin(), persistent=False)
+
+        def rope(self, x):
+            half = x.shape[-1] // 2
+            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+            return x * self.cos + rotated * self.sin
+
+        def forward(self, x):
+            s = shape
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split(
+                [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1)
+            q = q.reshape(b, t, s.heads, s.head_dim).transpose(1, 2)
+            k = k.reshape(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
+            v = v.reshape(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
+            if s.rotary:
+                q, k = self.rope(q), self.rope(k)
+            if s.kv_heads != s.heads:
+                k = k.repeat_interleave(s.heads // s.kv_heads, dim=1)
+                v = v.repeat_interleave(s.heads // s.kv_heads, dim=1)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=s.causal)
+            x = x + self.out(a.transpose(1, 2).reshape(b, t, s.heads * s.head_dim))
+            h = self.up(self.norm2(x))
+            if s.gated:
+                gate, up = h.chunk(2, dim=-1)
+                h = torch.nn.functional.silu(gate) * up
+            else:
+                h = torch.nn.functional.gelu(h)
+            return x + self.down(h)
+
+    torch.manual_seed(0)
+    return Layer()
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """One core's share of what is not a layer: the token embedding (vocabulary split over TP,
+    as NxD's ParallelEmbedding), the final norm, the LM head and the loss over its vocabulary
+    shard (parallel cross-entropy)."""
+
+    hidden: int
+    vocab: int  # this core's vocabulary shard
+    norm: str
+    micro_batch: int
+    seq: int
+
+    def key(self) -> str:
+        return f"head-h{self.hidden}-v{self.vocab}-{self.norm}-b{self.micro_batch}-s{self.seq}"
+
+
+def build_head(shape: HeadShape):
+    """The embedding and the LM head with its loss. `forward(ids, hidden, labels, upstream)`:
+    `hidden` stands for the last layer's output, `upstream` for the gradient the first layer
+    hands back to the embedding (so the embedding's backward runs as in the whole model)."""
+    import torch
+    from torch import nn
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(shape.vocab, shape.hidden)
+            self.norm = nn.LayerNorm(shape.hidden) if shape.norm == "layer" else None
+            self.norm_weight = nn.Parameter(torch.ones(shape.hidden)) if self.norm is None \
+                else None
+            self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+
+        def forward(self, ids, hidden, labels, upstream):
+            embedded = self.embed(ids)
+            if self.norm is not None:
+                h = self.norm(hidden)
+            else:
+                h = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + 1e-5) \
+                    * self.norm_weight
+            logits = self.lm_head(h).float()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape.vocab),
+                                                     labels.reshape(-1))
+            return loss + (embedded.float() * upstream).sum()
+
+    torch.manual_seed(0)
+    return Head()
