@@ -3,10 +3,11 @@ answers come from the model compiled and run on trnsim.
 
 Routes: ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events with
 ``"stream": true``) for a causal LM, ``/v1/embeddings`` for an encoder (BERT-like: mean-pooled
-vectors, `trnsim.perf.serving.embeddings`), ``/v1/models``, ``/health``. Each answer carries the simulated device time
-of its batch in the ``x-trnsim-device-latency-ms`` header and in ``usage``. Limits: a request
-body over `MAX_BODY_BYTES` is refused (413), a full queue answers 429, a server shutting down
-503, a request not answered within the timeout 504; malformed requests get a 400 in OpenAI's
+vectors, `trnsim.perf.serving.embeddings`), ``/v1/models``, ``/health``. Each answer carries the
+simulated device time of its batch in the ``x-trnsim-device-latency-ms`` header and in ``usage``.
+Limits: a request body over `MAX_BODY_BYTES` is refused (413), a full queue answers 429, a
+server shutting down 503, a request not answered within the timeout 504; malformed requests get
+a 400 in OpenAI's
 error shape. Shutdown (Ctrl-C, SIGTERM) stops accepting connections and finishes the requests
 it holds before exiting.
 """
@@ -300,7 +301,6 @@ def build_engine(model: str, *, instance: str, tp: int, lnc: int | None,
     from trnsim.perf.serving.engine import Engine
     from trnsim.perf.serving.steps import SequenceLogits
     from trnsim.perf.serving.text import ByteTokenizer
-
     from trnsim.perf.zoo import zoo_model
 
     if zoo_model(model).family == "text":
