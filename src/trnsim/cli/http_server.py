@@ -7,9 +7,8 @@ vectors, `trnsim.perf.serving.embeddings`), ``/v1/models``, ``/health``. Each an
 simulated device time of its batch in the ``x-trnsim-device-latency-ms`` header and in ``usage``.
 Limits: a request body over `MAX_BODY_BYTES` is refused (413), a full queue answers 429, a
 server shutting down 503, a request not answered within the timeout 504; malformed requests get
-a 400 in OpenAI's
-error shape. Shutdown (Ctrl-C, SIGTERM) stops accepting connections and finishes the requests
-it holds before exiting.
+a 400 in OpenAI's error shape. Shutdown (Ctrl-C, SIGTERM) stops accepting connections and
+finishes the requests it holds before exiting.
 """
 
 
