@@ -93,3 +93,22 @@ def test_serve_search_lists_layouts_cheapest_first(capsys, config):
     rows = json.loads(out)["candidates"]
     assert [(r["instance"], r["meets"], r["instances"]) for r in rows] == \
         [("inf2.xlarge", True, 1), ("trn1.2xlarge", True, 1)]  # both meet loose targets
+
+
+def test_serve_speculative_decoding_with_a_draft_model(capsys, config):
+    common = ("serve", config, "--simulate", "--rate", "5", "--requests", "20",
+              "--input-tokens", "40", "--output-tokens", "41", "--max-num-seqs", "2", "--json")
+    code, out, err = run(capsys, *common)
+    assert code in (0, None), err
+    plain = json.loads(out)
+    code, out, err = run(capsys, *common, "--draft-model", config, "--speculation-length", "3",
+                         "--acceptance-rate", "1.0")
+    assert code in (0, None), err
+    spec = json.loads(out)
+    assert spec["draft_model"] and spec["extra"]["speculation"] == 3
+    # every draft accepted: 4 tokens an iteration, so the 40 decode tokens of each request
+    # take 10 iterations instead of 40
+    prefills = 20
+    assert (spec["iterations"] - prefills) * 4 <= plain["iterations"] - prefills
+    code, _, err = run(capsys, *common, "--draft-model", config, "--chunked-prefill")
+    assert code == 2 and "chunked prefill" in err
