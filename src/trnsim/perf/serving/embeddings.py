@@ -98,7 +98,6 @@ class EmbeddingJob:
     device_ms: float = 0.0
     error: str | None = None
     on_done: Any = None  # called from the worker thread, once
-    max_tokens: int = 0  # the generation engine's fields, unused here
     done: Any = None
 
     def __post_init__(self) -> None:
@@ -131,7 +130,7 @@ class EmbeddingEngine(Engine):
         if len(job.prompt) > self.max_batch:
             raise InvalidArgumentError(f"{len(job.prompt)} inputs in one request exceed the "
                                        f"server's batch of {self.max_batch}")
-        return super().submit(job)
+        return self._enqueue(job)
 
     def _generate(self, batch: list[EmbeddingJob]) -> None:
         """The waiting requests' rows, `max_batch` rows per compiled batch."""
