@@ -297,12 +297,12 @@ def build_engine(model: str, *, instance: str, tp: int, lnc: int | None,
     byte tokenizer; compiles every bucket before returning."""
     from trnsim.cli.generate import _real_model, step_timer
     from trnsim.perf.serving.buckets import power_of_two_buckets
+    from trnsim.perf.serving.embeddings import is_encoder
     from trnsim.perf.serving.engine import Engine
     from trnsim.perf.serving.steps import SequenceLogits
     from trnsim.perf.serving.text import ByteTokenizer
-    from trnsim.perf.zoo import zoo_model
 
-    if zoo_model(model).family == "text":
+    if is_encoder(model):
         return build_encoder_engine(model, instance=instance, tp=tp, lnc=lnc,
                                     auto_cast=auto_cast, max_batch=max_batch,
                                     queue_size=queue_size, max_length=max_length)

@@ -22,6 +22,23 @@ from trnsim.errors import InvalidArgumentError
 from trnsim.perf.serving.buckets import bucket_for
 from trnsim.perf.serving.engine import Engine
 
+# Hugging Face model types of bidirectional encoders (no generation step: served for embeddings).
+ENCODER_MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "electra",
+                                 "albert", "camembert", "deberta", "deberta-v2", "mpnet"})
+
+
+def is_encoder(model: str) -> bool:
+    """Whether `model` (a zoo name or a config.json) is an encoder of `ENCODER_MODEL_TYPES`."""
+    from trnsim.compiler.empty_weights import empty_weights
+    from trnsim.perf.zoo import zoo_model
+
+    entry = zoo_model(model)
+    if entry.family != "text":
+        return False
+    with empty_weights():
+        config = entry.build().config
+    return getattr(config, "model_type", None) in ENCODER_MODEL_TYPES
+
 
 class PooledEncoder:
     """`model` compiled per sequence bucket at batch `batch`: token rows -> mean-pooled vectors,
