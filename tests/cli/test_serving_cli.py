@@ -67,3 +67,48 @@ def test_serve_needs_simulate_or_port(capsys, config):
     assert code == 2 and "--simulate or --port" in err
     code, _, err = run(capsys, "serve", config, "--simulate", "--workload", "chat")
     assert code == 2 and "neuron-vllm" in err
+
+
+def test_serve_plot_writes_a_png_with_one_point_per_rate(capsys, config, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "load.png"
+    code, out, err = run(capsys, "serve", config, "--simulate", "--rate", "20", "--requests",
+                         "60", "--input-tokens", "uniform:20:100", "--output-tokens", "30",
+                         "--max-num-seqs", "4", "--plot", str(path), "--plot-rates", "5,40",
+                         "--json")
+    assert code in (0, None), err
+    data = json.loads(out)
+    assert [p["rate"] for p in data["plot"]["points"]] == [5.0, 40.0]
+    light, heavy = data["plot"]["points"]
+    assert light["ttft_ms"]["p99"] <= heavy["ttft_ms"]["p99"]  # more load, no faster answer
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_serve_search_lists_layouts_cheapest_first(capsys, config):
+    code, out, err = run(capsys, "serve", config, "--simulate", "--search", "--rate", "5",
+                         "--requests", "40", "--input-tokens", "50", "--output-tokens", "10",
+                         "--layouts", "trn1.2xlarge:1,inf2.xlarge:1", "--slo-ttft-ms", "1000",
+                         "--slo-tpot-ms", "1000", "--json")
+    assert code in (0, None), err
+    rows = json.loads(out)["candidates"]
+    assert [(r["instance"], r["meets"], r["instances"]) for r in rows] == \
+        [("inf2.xlarge", True, 1), ("trn1.2xlarge", True, 1)]  # both meet loose targets
+
+
+def test_serve_speculative_decoding_with_a_draft_model(capsys, config):
+    common = ("serve", config, "--simulate", "--rate", "5", "--requests", "20",
+              "--input-tokens", "40", "--output-tokens", "41", "--max-num-seqs", "2", "--json")
+    code, out, err = run(capsys, *common)
+    assert code in (0, None), err
+    plain = json.loads(out)
+    code, out, err = run(capsys, *common, "--draft-model", config, "--speculation-length", "3",
+                         "--acceptance-rate", "1.0")
+    assert code in (0, None), err
+    spec = json.loads(out)
+    assert spec["draft_model"] and spec["extra"]["speculation"] == 3
+    # every draft accepted: 4 tokens an iteration, so the 40 decode tokens of each request
+    # take 10 iterations instead of 40
+    prefills = 20
+    assert (spec["iterations"] - prefills) * 4 <= plain["iterations"] - prefills
+    code, _, err = run(capsys, *common, "--draft-model", config, "--chunked-prefill")
+    assert code == 2 and "chunked prefill" in err

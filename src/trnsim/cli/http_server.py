@@ -2,12 +2,13 @@
 answers come from the model compiled and run on trnsim.
 
 Routes: ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events with
-``"stream": true``), ``/v1/models``, ``/health``. Each answer carries the simulated device time
-of its batch in the ``x-trnsim-device-latency-ms`` header and in ``usage``. Limits: a request
-body over `MAX_BODY_BYTES` is refused (413), a full queue answers 429, a server shutting down
-503, a request not answered within the timeout 504; malformed requests get a 400 in OpenAI's
-error shape. Shutdown (Ctrl-C, SIGTERM) stops accepting connections and finishes the requests
-it holds before exiting.
+``"stream": true``) for a causal LM, ``/v1/embeddings`` for an encoder (BERT-like: mean-pooled
+vectors, `trnsim.perf.serving.embeddings`), ``/v1/models``, ``/health``. Each answer carries the
+simulated device time of its batch in the ``x-trnsim-device-latency-ms`` header and in ``usage``.
+Limits: a request body over `MAX_BODY_BYTES` is refused (413), a full queue answers 429, a
+server shutting down 503, a request not answered within the timeout 504; malformed requests get
+a 400 in OpenAI's error shape. Shutdown (Ctrl-C, SIGTERM) stops accepting connections and
+finishes the requests it holds before exiting.
 """
 
 
@@ -38,6 +39,7 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
 
+    from trnsim.perf.serving.embeddings import EmbeddingEngine, EmbeddingJob
     from trnsim.perf.serving.engine import EngineStopped, Job, QueueFull
     from trnsim.perf.serving.text import chat_prompt
     from trnsim.perf.serving.tokens import Sampling
@@ -127,6 +129,9 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
                 "device_ttft_ms": round(job.ttft_device_ms, 6)}
 
     async def complete(request: Request, chat: bool):
+        if isinstance(engine, EmbeddingEngine):
+            return _error(400, f"{model_name} is an encoder: it serves /v1/embeddings, not "
+                               f"completions")
         try:
             body = await body_of(request)
             prompt = prompt_of(body, chat)
@@ -224,9 +229,65 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request):
-        return _error(400, f"{model_name} is a causal LM: /v1/embeddings serves encoders only")
+        if not isinstance(engine, EmbeddingEngine):
+            return _error(400, f"{model_name} is a causal LM: /v1/embeddings serves encoders "
+                               f"only")
+        try:
+            body = await body_of(request)
+            rows = embedding_inputs(body.get("input"), tokenizer)
+            if body.get("encoding_format", "float") != "float":
+                raise InvalidArgumentError("encoding_format: only 'float' is supported")
+        except (InvalidArgumentError, TypeError, ValueError) as error:
+            return _error(400, str(error))
+        loop = asyncio.get_running_loop()
+        finished = asyncio.Event()
+        job = EmbeddingJob(rows, on_done=lambda: loop.call_soon_threadsafe(finished.set))
+        try:
+            engine.submit(job)
+        except QueueFull as error:
+            return _error(429, str(error), "rate_limit_error", headers={"Retry-After": "1"})
+        except EngineStopped as error:
+            return _error(503, str(error), "server_error")
+        except InvalidArgumentError as error:
+            return _error(400, str(error))
+        try:
+            await asyncio.wait_for(finished.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return _error(504, f"no answer within {timeout_s} s", "timeout_error")
+        if job.error:
+            return _error(500, job.error, "server_error")
+        tokens = sum(len(r) for r in rows)
+        return JSONResponse({"object": "list", "model": model_name, "data": [
+            {"object": "embedding", "index": i, "embedding": v}
+            for i, v in enumerate(job.vectors)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens,
+                      "device_latency_ms": round(job.device_ms, 6)}},
+            headers={LATENCY_HEADER: f"{job.device_ms:.6f}"})
 
     return app
+
+
+def embedding_inputs(value: Any, tokenizer: Any) -> list[list[int]]:
+    """OpenAI's embeddings ``input``: a string, a list of strings, a list of token ids, or a
+    list of such lists; as token-id rows."""
+    def ids(row: list) -> list[int]:
+        bad = [t for t in row if not isinstance(t, int) or not 0 <= t < tokenizer.vocab_size]
+        if bad:
+            raise InvalidArgumentError(f"token {bad[0]!r} is outside the vocabulary "
+                                       f"(0..{tokenizer.vocab_size - 1})")
+        return row
+
+    if isinstance(value, str):
+        return [tokenizer.encode(value)]
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return [tokenizer.encode(v) for v in value]
+        if all(isinstance(v, int) for v in value):
+            return [ids(value)]
+        if all(isinstance(v, list) for v in value):
+            return [ids(v) for v in value]
+    raise InvalidArgumentError("input must be a string, a list of strings, a list of token ids "
+                               "or a list of token-id lists")
 
 
 def build_engine(model: str, *, instance: str, tp: int, lnc: int | None,
@@ -236,10 +297,15 @@ def build_engine(model: str, *, instance: str, tp: int, lnc: int | None,
     byte tokenizer; compiles every bucket before returning."""
     from trnsim.cli.generate import _real_model, step_timer
     from trnsim.perf.serving.buckets import power_of_two_buckets
+    from trnsim.perf.serving.embeddings import is_encoder
     from trnsim.perf.serving.engine import Engine
     from trnsim.perf.serving.steps import SequenceLogits
     from trnsim.perf.serving.text import ByteTokenizer
 
+    if is_encoder(model):
+        return build_encoder_engine(model, instance=instance, tp=tp, lnc=lnc,
+                                    auto_cast=auto_cast, max_batch=max_batch,
+                                    queue_size=queue_size, max_length=max_length)
     source, timer = step_timer(model, instance, tp, lnc, auto_cast, quiet)
     length = max_length or min(source.max_positions or 128, 128)
     real = _real_model(source, weights)
@@ -249,6 +315,36 @@ def build_engine(model: str, *, instance: str, tp: int, lnc: int | None,
                     queue_size=queue_size, eos_token_id=eos if isinstance(eos, int) else None)
     engine.start()
     return engine, ByteTokenizer(int(real.config.vocab_size)), source.name
+
+
+def build_encoder_engine(model: str, *, instance: str, tp: int, lnc: int | None,
+                         auto_cast: str | None, max_batch: int, queue_size: int,
+                         max_length: int | None = None):
+    """The embedding engine of an encoder `model` (seeded random weights, fp32) with the byte
+    tokenizer; compiles every bucket before returning."""
+    import torch
+
+    from trnsim import hardware
+    from trnsim.perf.serving.buckets import power_of_two_buckets
+    from trnsim.perf.serving.embeddings import EmbeddingEngine, PooledEncoder
+    from trnsim.perf.serving.steps import Deployment
+    from trnsim.perf.serving.text import ByteTokenizer
+    from trnsim.perf.zoo import zoo_model
+
+    entry = zoo_model(model)
+    real = entry.build().to(torch.float32).eval()
+    config = real.config
+    limit = getattr(config, "max_position_embeddings", None) or 128
+    length = max_length or min(limit, 128)
+    if length > limit:
+        raise InvalidArgumentError(f"--max-length {length} exceeds {entry.name}'s "
+                                   f"max_position_embeddings ({limit})")
+    spec = hardware.instance(instance)
+    encoder = PooledEncoder(real, Deployment(spec.name, tp, lnc, auto_cast),
+                            power_of_two_buckets(length), max_batch)
+    engine = EmbeddingEngine(encoder, queue_size=queue_size, max_length=length)
+    engine.start()
+    return engine, ByteTokenizer(int(config.vocab_size)), entry.name
 
 
 def run_server(model: str, *, host: str, port: int, instance: str, tp: int, lnc: int | None,

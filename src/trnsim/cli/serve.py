@@ -73,6 +73,14 @@ def serve_command(
     batch_buckets: bool = typer.Option(False, "--batch-buckets", help="Decode graphs at powers "
                                        "of two up to --max-num-seqs (default: one graph)."),
     chunked_prefill: bool = typer.Option(False, "--chunked-prefill"),
+    draft_model: str = typer.Option(None, "--draft-model", help="Speculative decoding: a "
+                                    "smaller causal LM proposing tokens (zoo name or "
+                                    "config.json) on the same cores."),
+    speculation_length: int = typer.Option(4, "--speculation-length", min=1, help="Draft "
+                                           "tokens per iteration (with --draft-model)."),
+    acceptance_rate: float = typer.Option(0.7, "--acceptance-rate", min=0.0, max=1.0,
+                                          help="Chance the target accepts each draft token "
+                                          "(with --draft-model)."),
     max_num_batched_tokens: int = typer.Option(512, "--max-num-batched-tokens"),
     slo_ttft_ms: float = typer.Option(None, "--slo-ttft-ms"),
     slo_tpot_ms: float = typer.Option(None, "--slo-tpot-ms"),
@@ -108,10 +116,13 @@ def serve_command(
 
         require_matplotlib()  # before any work
     choices = SchedulerChoices(max_num_seqs, max_model_len, block_size, batch_buckets,
-                               chunked_prefill, max_num_batched_tokens)
+                               chunked_prefill, max_num_batched_tokens,
+                               speculation=speculation_length if draft_model else 0,
+                               acceptance_rate=acceptance_rate, seed=seed)
     slo = SLO(slo_ttft_ms, slo_tpot_ms)
     reqs = _workload(trace, requests, rate, arrivals, input_tokens, output_tokens, workload, seed)
     timers = {}
+    drafts = {}
 
     def costs_for(layout):
         key = (layout.instance, layout.tensor_parallel, layout.lnc)
@@ -120,8 +131,16 @@ def serve_command(
                                        layout.lnc, auto_cast, as_json)
             timers[key] = (source, timer)
         source, timer = timers[key]
-        return timer, timer.weight_bytes()
+        weights = timer.weight_bytes()
+        if draft_model:  # the draft model's weights share the replica's HBM
+            if key not in drafts:
+                drafts[key] = step_timer(draft_model, layout.instance, layout.tensor_parallel,
+                                         layout.lnc, auto_cast, as_json)[1]
+            weights += drafts[key].weight_bytes()
+        return timer, weights
 
+    if draft_model and search:
+        raise InvalidArgumentError("--search with --draft-model is not supported yet")
     if search:
         from trnsim.perf.serving.deploy import search as run_search
 
@@ -133,12 +152,16 @@ def serve_command(
     layout = Layout(instance, tp, lnc)
     timer, weight_bytes = costs_for(layout)
     source = timers[(layout.instance, tp, lnc)][0]
-    report = run(source, layout, choices, reqs, timer, weight_bytes, slo, replicas)
-    data = {"model": source.name, **report.to_dict(), "compiles": timer.compiles}
+    draft = drafts.get((layout.instance, tp, lnc))
+    report = run(source, layout, choices, reqs, timer, weight_bytes, slo, replicas, draft)
+    data = {"model": source.name, **report.to_dict(),
+            "compiles": timer.compiles + (draft.compiles if draft else 0)}
+    if draft is not None:
+        data["draft_model"] = draft.name
     if plot:
         data["plot"] = _plot(plot, plot_rates, rate, source, layout, choices, trace, requests,
                              arrivals, input_tokens, output_tokens, workload, seed, timer,
-                             weight_bytes, slo, replicas)
+                             weight_bytes, slo, replicas, draft)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -146,7 +169,8 @@ def serve_command(
 
 
 def _plot(path, rates_text, rate, source, layout, choices, trace, requests, arrivals,
-          input_tokens, output_tokens, workload, seed, timer, weight_bytes, slo, replicas):
+          input_tokens, output_tokens, workload, seed, timer, weight_bytes, slo, replicas,
+          draft=None):
     from trnsim.perf.serving.deploy import run
     from trnsim.perf.serving.plot import serving_plot
 
@@ -157,7 +181,7 @@ def _plot(path, rates_text, rate, source, layout, choices, trace, requests, arri
     points = []
     for r in rates:
         reqs = _workload(None, requests, r, arrivals, input_tokens, output_tokens, workload, seed)
-        report = run(source, layout, choices, reqs, timer, weight_bytes, slo, replicas)
+        report = run(source, layout, choices, reqs, timer, weight_bytes, slo, replicas, draft)
         points.append({"rate": r, "ttft_ms": report.ttft_ms, "tpot_ms": report.tpot_ms,
                        "throughput_tokens_per_s": report.throughput_tokens_per_s})
     serving_plot(points, path, title=f"{source.name} on {layout.instance} TP{layout.tensor_parallel}")
@@ -192,6 +216,10 @@ def _print_report(data: dict) -> None:
              f"device busy {100 * data['device_busy_fraction']:.1f}%; "
              + ("" if price is None else f"$ per million output tokens at this load "
                 f"{price / 3600 / max(data['throughput_tokens_per_s'], 1e-9) * 1e6:,.3f}")]
+    if extra.get("speculation"):
+        lines.append(f"speculative decoding: draft {data['draft_model']}, "
+                     f"{extra['speculation']} tokens an iteration, acceptance rate "
+                     f"{extra['acceptance_rate']}")
     if "plot" in data:
         lines.append(f"plot written to {data['plot']['path']}")
     for line in lines:

@@ -106,3 +106,54 @@ def test_round_robin_replicas_and_report():
 def test_request_longer_than_the_largest_bucket_is_refused():
     with pytest.raises(InvalidArgumentError, match="max_model_len"):
         Replica(config(), Costs()).run([Request(0, 0, 10, 10)])
+
+
+def test_speculative_decoding_all_drafts_accepted():
+    # k = 2 draft tokens, every one accepted: each decode iteration yields 3 tokens.
+    # Target: prefill 10, decode 2; draft: prefill 1, decode 0.5.
+    # 0-11 prefill r0 on target and draft (token 1); 11-14 two draft steps (1) + verification
+    # (2): tokens 2-4; 14-17 tokens 5-7: done (7 out).
+    target, draft = Costs(), Costs(prefill=1.0, decode=0.5)
+    trace = Replica(config(speculation=2), target, draft).run([Request(0, 0, 3, 7)])
+    assert times(trace) == {0: (11, 17, [3, 3])}
+    # verification: the target's graph at max_num_seqs x (k + 1) rows, KV bucket of the last
+    # candidate (3 prompt + 1 + 2 ahead = 6 -> 8; then 9 -> 16, within the request's 10)
+    assert target.calls == [("prefill", 1, 4), ("decode", 6, 8), ("decode", 6, 16)]
+    assert draft.calls == [("prefill", 1, 4), ("decode", 2, 8), ("decode", 2, 8),
+                           ("decode", 2, 8), ("decode", 2, 8)]
+    assert trace.iterations == 3
+
+
+def test_speculative_decoding_nothing_accepted_yields_one_token_per_iteration():
+    # acceptance 0: each iteration costs the 2 draft steps and the verification (3 ms) and
+    # yields only the target's own token: 6 iterations after the 11 ms prefill.
+    trace = Replica(config(speculation=2, acceptance_rate=0.0), Costs(),
+                    Costs(prefill=1.0, decode=0.5)).run([Request(0, 0, 3, 7)])
+    assert times(trace) == {0: (11, 29, [3] * 6)}
+
+
+def test_speculative_decoding_stops_at_the_requested_length():
+    # 4 tokens out with k = 4 all accepted: the one decode iteration yields only the 3 left
+    trace = Replica(config(speculation=4, decode_buckets=(8, 16)), Costs(),
+                    Costs(prefill=1.0, decode=0.5)).run([Request(0, 0, 3, 4)])
+    assert times(trace) == {0: (11, 15, [4])}
+    assert trace.sequences[0].generated == 4
+
+
+def test_speculative_acceptance_follows_the_geometric_mean():
+    # tokens per iteration (1 + accepted drafts) average (1 - a^(k+1)) / (1 - a)
+    k, a = 4, 0.6
+    trace = Replica(config(speculation=k, acceptance_rate=a, decode_buckets=(4096,),
+                           kv_blocks=2000), Costs(), Costs(1.0, 0.5)).run([Request(0, 0, 3, 4000)])
+    decode_iterations = trace.iterations - 1
+    mean = (4000 - 1) / decode_iterations
+    assert mean == pytest.approx((1 - a ** (k + 1)) / (1 - a), rel=0.05)
+
+
+def test_speculation_needs_a_draft_model_and_no_chunked_prefill():
+    with pytest.raises(InvalidArgumentError, match="draft"):
+        Replica(config(speculation=2), Costs())
+    with pytest.raises(InvalidArgumentError, match="chunked prefill"):
+        config(speculation=2, chunked_prefill=True, max_num_batched_tokens=64)
+    with pytest.raises(InvalidArgumentError, match="acceptance_rate"):
+        config(speculation=2, acceptance_rate=1.5)

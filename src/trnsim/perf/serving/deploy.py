@@ -50,6 +50,9 @@ class SchedulerChoices:
     max_num_batched_tokens: int = 512
     prefill_buckets: str | None = None
     decode_buckets: str | None = None
+    speculation: int = 0  # draft tokens per iteration (needs the draft model's costs)
+    acceptance_rate: float = 1.0
+    seed: int = 0
 
 
 def scheduler_config(model: ModelSource, layout: Layout, choices: SchedulerChoices,
@@ -72,7 +75,8 @@ def scheduler_config(model: ModelSource, layout: Layout, choices: SchedulerChoic
             choices.prefill_buckets, length), decode_buckets=parse_buckets(
             choices.decode_buckets, length), kv_blocks=blocks, block_size=choices.block_size,
         batch_buckets=batch, chunked_prefill=choices.chunked_prefill,
-        max_num_batched_tokens=choices.max_num_batched_tokens)
+        max_num_batched_tokens=choices.max_num_batched_tokens, speculation=choices.speculation,
+        acceptance_rate=choices.acceptance_rate, seed=choices.seed)
 
 
 def _round_up_power_of_two(tokens: int) -> int:
@@ -81,14 +85,19 @@ def _round_up_power_of_two(tokens: int) -> int:
 
 
 def run(model: ModelSource, layout: Layout, choices: SchedulerChoices, requests: list[Request],
-        costs: StepCosts, weight_bytes: int, slo: SLO, replicas: int | None = None
-        ) -> ServingReport:
+        costs: StepCosts, weight_bytes: int, slo: SLO, replicas: int | None = None,
+        draft: StepCosts | None = None) -> ServingReport:
+    """`draft`: the draft model's step costs (with ``choices.speculation``); `weight_bytes`
+    counts every model the replica holds."""
     config = scheduler_config(model, layout, choices, requests, weight_bytes)
-    report = simulate(requests, config, costs, replicas=replicas or layout.replicas(), slo=slo)
+    report = simulate(requests, config, costs, replicas=replicas or layout.replicas(), slo=slo,
+                      draft=draft)
     report.extra.update(instance=layout.instance, tp=layout.tensor_parallel, lnc=layout.lnc,
                         instances=layout.instances, price_per_hour=layout.price_per_hour(),
                         max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len,
-                        chunked_prefill=config.chunked_prefill)
+                        chunked_prefill=config.chunked_prefill,
+                        speculation=config.speculation,
+                        acceptance_rate=config.acceptance_rate if config.speculation else None)
     return report
 
 

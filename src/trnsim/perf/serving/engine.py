@@ -96,6 +96,11 @@ class Engine:
             raise InvalidArgumentError(
                 f"prompt ({len(job.prompt)} tokens) + max_tokens ({job.max_tokens}) exceeds the "
                 f"model's compiled length {self.max_length}")
+        return self._enqueue(job)
+
+    def _enqueue(self, job: Any) -> Any:
+        if self._stopping.is_set():
+            raise EngineStopped("the server is shutting down")
         try:
             self._queue.put_nowait(job)
         except queue.Full:

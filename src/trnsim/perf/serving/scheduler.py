@@ -18,11 +18,20 @@ whole steps, as a device that runs one program at a time:
 - **Paged KV cache**: ``kv_blocks`` blocks of ``block_size`` tokens. A sequence holds the blocks
   its tokens fill; when a decode needs a block and none is free, the most recently admitted
   sequence is preempted and recomputed later (vLLM's recompute preemption), its blocks freed.
+- **Speculative decoding** (optional, ``speculation`` = k draft tokens, as vLLM on Neuron runs a
+  draft model): a prompt is encoded by the draft model too; each decode iteration runs the
+  draft's token-generation graph k times (k candidate tokens per sequence, one after another),
+  then the target once over the k candidates plus the position after them, which verifies them.
+  Each candidate is accepted with probability ``acceptance_rate`` (independently, seeded) until
+  the first rejection; a sequence gains its accepted candidates plus the target's own next token
+  (so 1 to k + 1 tokens an iteration), and holds KV blocks for the k speculated positions.
+  The verification's cost is ASSUMPTION `VERIFY_COST`.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -35,6 +44,11 @@ from trnsim.perf.serving.workload import Request
 # costs the context-encoding graph over that many tokens: the weights are read once for all of
 # them and the chunk's attention to its own earlier chunks is not timed separately.
 FUSED_CHUNK_COST = "context-encoding graph over chunk + decode tokens"
+# ASSUMPTION: the target's verification of k candidates per sequence (k + 1 query positions
+# against the KV cache) costs its token-generation graph with k + 1 rows per sequence at the KV
+# bucket of the last candidate: the weights are read once for every row, as in the fused
+# graph; each row's read of the cache is counted separately (an upper bound on that part).
+VERIFY_COST = "token-generation graph at batch x (k + 1) rows"
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,18 @@ class SchedulerConfig:
     batch_buckets: tuple[int, ...] | None = None  # None: one graph at max_num_seqs
     chunked_prefill: bool = False
     max_num_batched_tokens: int = 512
+    speculation: int = 0  # k draft tokens per decode iteration (0: no draft model)
+    acceptance_rate: float = 1.0  # each draft token's chance that the target accepts it
+    seed: int = 0  # of the acceptance draws
 
     def __post_init__(self) -> None:
+        if self.speculation < 0 or not 0.0 <= self.acceptance_rate <= 1.0:
+            raise InvalidArgumentError(
+                f"speculation must be >= 0 and acceptance_rate within [0, 1]; got "
+                f"{self.speculation}, {self.acceptance_rate}")
+        if self.speculation and self.chunked_prefill:
+            raise InvalidArgumentError("speculative decoding and chunked prefill cannot be "
+                                       "combined (vLLM on Neuron schedules one or the other)")
         if self.max_num_seqs < 1 or self.block_size < 1 or self.kv_blocks < 1:
             raise InvalidArgumentError(
                 f"max_num_seqs, block_size and kv_blocks must be >= 1; got {self.max_num_seqs}, "
@@ -108,10 +132,15 @@ class ReplicaTrace:
 class Replica:
     """Runs `requests` (sorted by arrival) through the scheduler; `run()` returns the trace."""
 
-    def __init__(self, config: SchedulerConfig, costs: StepCosts) -> None:
+    def __init__(self, config: SchedulerConfig, costs: StepCosts,
+                 draft: StepCosts | None = None) -> None:
+        if config.speculation and draft is None:
+            raise InvalidArgumentError("speculative decoding needs the draft model's step costs")
         self.config = config
         self.costs = costs
+        self.draft = draft if config.speculation else None
         self.free_blocks = config.kv_blocks
+        self._accept = random.Random(config.seed)
 
     def _blocks(self, tokens: int) -> int:
         return math.ceil(tokens / self.config.block_size)
@@ -148,14 +177,21 @@ class Replica:
                 prefilling.prefilled = 0
                 prefilling.blocks = self._blocks(prefilling.prompt + 1)
                 self.free_blocks -= prefilling.blocks
+            gained: dict[int, int] = {}
             if prefilling is not None and not cfg.chunked_prefill:
-                step = self.costs.prefill_ms(1, bucket_for(prefilling.prompt,
-                                                           cfg.prefill_buckets, "prompt"))
+                bucket = bucket_for(prefilling.prompt, cfg.prefill_buckets, "prompt")
+                step = self.costs.prefill_ms(1, bucket)
+                if self.draft is not None:  # the draft model encodes the prompt too
+                    step += self.draft.prefill_ms(1, bucket)
                 finished_prefill, decoding = prefilling, []
                 prefills += 1
             else:
                 decoding = self._make_room(running, waiting)
-                step, finished_prefill = self._mixed_step(prefilling, decoding)
+                if self.draft is not None and prefilling is None and decoding:
+                    step, gained = self._speculative_step(decoding)
+                    finished_prefill = None
+                else:
+                    step, finished_prefill = self._mixed_step(prefilling, decoding)
                 prefills += prefilling is not None
             used = cfg.kv_blocks - self.free_blocks
             kv_integral += used * step
@@ -164,7 +200,7 @@ class Replica:
             busy += step
             iterations += 1
             for seq in decoding:
-                self._emit(seq, now)
+                self._emit(seq, now, gained.get(id(seq), 1))
             if finished_prefill is not None:
                 finished_prefill.prefilled = finished_prefill.prompt
                 self._emit(finished_prefill, now)
@@ -197,13 +233,38 @@ class Replica:
         step = self.costs.prefill_ms(1, bucket_for(tokens, cfg.prefill_buckets, "chunk"))
         return step, prefilling if prefilling.prefilled >= prefilling.prompt else None
 
+    def _speculative_step(self, decoding: list[Sequence]) -> tuple[float, dict[int, int]]:
+        """k draft steps and the target's verification; the tokens each sequence gains."""
+        cfg, k = self.config, self.config.speculation
+        batch = cfg.decode_batch(len(decoding))
+
+        def bucket(ahead: int) -> int:  # KV positions of the longest sequence `ahead` further
+            return bucket_for(max(self._lookahead(s, ahead) for s in decoding),
+                              cfg.decode_buckets, "sequence")
+
+        step = sum(self.draft.decode_ms(batch, bucket(i)) for i in range(k))
+        step += self.costs.decode_ms(batch * (k + 1), bucket(k))
+        gained = {}
+        for seq in decoding:
+            accepted = 0
+            while accepted < k and self._accept.random() < cfg.acceptance_rate:
+                accepted += 1
+            gained[id(seq)] = min(accepted + 1, seq.request.output_tokens - seq.generated)
+        return step, gained
+
+    @staticmethod
+    def _lookahead(seq: Sequence, ahead: int) -> int:
+        """KV positions `ahead` tokens past the next one, within the request's own length."""
+        return min(seq.positions + ahead, seq.request.input_tokens + seq.request.output_tokens)
+
     def _make_room(self, running: list[Sequence], waiting: deque[Sequence]) -> list[Sequence]:
         """The sequences that decode this iteration, each with a block for its next token;
         preempts the latest admitted ones (back to the front of the queue) when blocks run out."""
         if not running:
             return []
         size = self.config.block_size
-        needs = [max(-(-s.positions // size) - s.blocks, 0) for s in running]
+        k = self.config.speculation
+        needs = [max(-(-self._lookahead(s, k) // size) - s.blocks, 0) for s in running]
         if sum(needs) <= self.free_blocks:  # the common case: room for every sequence
             for seq, need in zip(running, needs, strict=True):
                 seq.blocks += need
@@ -212,7 +273,7 @@ class Replica:
         for seq in sorted(running, key=lambda s: s.admitted):
             if seq not in running:
                 continue
-            need = self._blocks(seq.positions) - seq.blocks
+            need = self._blocks(self._lookahead(seq, k)) - seq.blocks
             while need > self.free_blocks:
                 victim = max(running, key=lambda s: s.admitted)
                 running.remove(victim)
@@ -228,10 +289,12 @@ class Replica:
         return list(running)
 
     @staticmethod
-    def _emit(seq: Sequence, now: float) -> None:
+    def _emit(seq: Sequence, now: float, tokens: int = 1) -> None:
+        """`tokens` new tokens at `now` (more than one with speculation: they reach a streaming
+        client together, so they make one inter-token gap)."""
         if seq.first_token_ms is None:
             seq.first_token_ms = now
         else:
             seq.itl_ms.append(now - seq.last_token_ms)
         seq.last_token_ms = now
-        seq.generated += 1
+        seq.generated += tokens

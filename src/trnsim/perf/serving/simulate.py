@@ -88,8 +88,10 @@ def _percentiles(values) -> dict:
 
 
 def simulate(requests: list[Request], config: SchedulerConfig, costs: StepCosts, *,
-             replicas: int = 1, slo: SLO = SLO()) -> ServingReport:
-    """Run the workload on `replicas` copies of the deployment."""
+             replicas: int = 1, slo: SLO = SLO(), draft: StepCosts | None = None
+             ) -> ServingReport:
+    """Run the workload on `replicas` copies of the deployment (`draft`: the draft model's step
+    costs, with `config.speculation`)."""
     if replicas < 1:
         raise InvalidArgumentError(f"replicas must be >= 1; got {replicas}")
     if not requests:
@@ -97,7 +99,7 @@ def simulate(requests: list[Request], config: SchedulerConfig, costs: StepCosts,
     share: list[list[Request]] = [[] for _ in range(replicas)]
     for index, request in enumerate(sorted(requests, key=lambda r: r.arrival_ms)):
         share[index % replicas].append(request)
-    traces = [Replica(config, costs).run(part) for part in share if part]
+    traces = [Replica(config, costs, draft).run(part) for part in share if part]
     return _report(traces, requests, replicas, slo)
 
 

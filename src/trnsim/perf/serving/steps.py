@@ -45,10 +45,16 @@ class Deployment:
     tensor_parallel: int = 1
     lnc: int | None = None
     auto_cast: str | None = None  # None: the instance compiler's default (neuronx-cc: matmult)
+    # The model's own dtype (torch name, e.g. "bfloat16"): that of its activations and KV cache,
+    # as the deployment loads it (transformers-neuronx's amp). None: as the model is built (fp32).
+    dtype: str | None = None
 
     def key(self) -> dict:
-        return {"instance": self.instance, "tp": self.tensor_parallel, "lnc": self.lnc,
-                "auto_cast": self.auto_cast}
+        key = {"instance": self.instance, "tp": self.tensor_parallel, "lnc": self.lnc,
+               "auto_cast": self.auto_cast}
+        if self.dtype is not None:  # keeps the keys of fp32 deployments' cached steps
+            key["dtype"] = self.dtype
+        return key
 
 
 def prefill_module(model: Any) -> Any:
@@ -168,6 +174,8 @@ class StepTimer:
         d = self.deployment
         spec = hardware.instance(d.instance)
         model = self.model if layers is None else _with_layers(self._config, layers)
+        if d.dtype is not None:  # meta weights: a dtype change allocates nothing
+            model = model.to(getattr(torch, d.dtype))
         if phase == "prefill":
             vocab = int(self.config.get("vocab_size") or 1000)
             ids = torch.randint(0, min(vocab, 1000), (batch, size),

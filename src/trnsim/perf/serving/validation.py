@@ -5,7 +5,9 @@ A row names the model (a Hugging Face id trnsim ships a config for), the instanc
 parallelism (``TP32``), ``input_tokens``, ``output_tokens`` and ``concurrency`` (the batch), and
 ``seq`` (the compiled maximum length, transformers-neuronx's ``n_positions``). Buckets are
 Neuron's defaults: powers of two from 128 up to ``seq``. The published tables give p50 figures,
-so TPOT is the median of the per-token step times; the model's weights are simulated at bf16.
+so TPOT is the median of the per-token step times. The model runs in the row's ``dtype`` (bf16 or
+fp16: its activations and KV cache in 16 bits, as the published runs loaded it), its matmuls
+auto-cast to bf16 by the compiler's default.
 A model of more than one layer is composed from simulated one- and two-layer models
 (`StepTimer(compose_layers=True)`), which keeps a 32-layer 8B model's rows to minutes.
 """
@@ -19,6 +21,8 @@ from trnsim.errors import InvalidArgumentError
 # Hugging Face ids of published rows -> the config trnsim ships (trnsim/perf/data/models).
 HF_MODELS = {"meta-llama/meta-llama-3-8b": "llama-3-8b", "meta-llama/llama-2-7b-hf": "llama-2-7b"}
 METRICS = ("ttft", "tpot", "throughput")
+DTYPES = {"": None, "fp32": None, "float32": None, "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int:
@@ -62,12 +66,18 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
     batch = _int(row, "concurrency", _int(row, "batch", 1))
     length = _int(row, "seq", inputs + outputs)
     spec = hardware.instance(row["instance"])
-    key = (name, spec.name, tp)
+    dtype_text = (row.get("dtype") or "").strip().lower()
+    if dtype_text not in DTYPES:
+        raise InvalidArgumentError(f"generation row dtype {dtype_text!r}: known "
+                                   f"{', '.join(k for k in DTYPES if k)}")
+    dtype = DTYPES[dtype_text]
+    key = (name, spec.name, tp, dtype)
     timers = timers if timers is not None else _TIMERS
     if key not in timers:
         source = resolve_model(name)
         timers[key] = StepTimer(source.name, source.build, source.config,
-                                Deployment(spec.name, tp), compose_layers=True)
+                                Deployment(spec.name, tp, dtype=dtype),
+                                compose_layers=True)
     buckets = power_of_two_buckets(length)
     if metric == "ttft":  # the prompt's step alone: no decode step needs simulating
         from trnsim.perf.serving.buckets import bucket_for
