@@ -67,7 +67,8 @@ def test_monitor_prints_neuron_monitors_report(worker, tmp_path):
     assert 0 < core["neuroncore_utilization"] <= 100 and core["flops"] > 0
     completed = [r["neuron_runtime_data"][0]["report"]["execution_stats"]["execution_summary"]
                  ["completed"] for r in reports]
-    assert all(n > 0 for n in completed)
+    # per period: a loaded machine may run no call in one period, never a negative count
+    assert all(n >= 0 for n in completed) and sum(completed) > 0
     latency = groups["execution_stats"]["latency_stats"]
     assert set(latency["device_latency"]) == {"p0", "p1", "p25", "p50", "p75", "p99", "p100"}
     assert 0 < latency["device_latency"]["p50"] < latency["total_latency"]["p50"]
