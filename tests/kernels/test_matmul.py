@@ -48,6 +48,9 @@ CASES = [
     # overwrite the first before its transpose), and more than one column group of out
     Case(400, 384, 1536, bias=True, compute="float32", stationary="b", epilogue="gelu"),
     Case(512, 128, 640, compute="float32", stationary="b"),
+    # a vocabulary-wide K (BERT's MLM head backward, dlogits @ W): the rows of a cannot be
+    # staged whole beside it, so a is made K-major in HBM first; accumulators span PSUM banks
+    Case(128, 30522, 512),
 ]
 
 

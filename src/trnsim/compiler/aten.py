@@ -796,7 +796,8 @@ def _pad(cx: Translator, x: Node, pad: Sequence[int], value: float = 0.0) -> Nod
 @aten("full.default", "zeros.default", "ones.default", "empty.memory_format",
       "full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default",
       "scalar_tensor.default", "new_ones.default", "new_zeros.default", "new_full.default",
-      "empty_permuted.default")
+      "empty_permuted.default", "empty_strided.default", "new_empty.default",
+      "new_empty_strided.default")
 def _full(cx: Translator, *args: Any, **kwargs: Any) -> Node:
     target = cx.current_target
     if "ones" in target:

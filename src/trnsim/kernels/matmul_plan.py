@@ -15,6 +15,7 @@ from trnsim.kernels.layout import (
     BANK_FP32,
     DMA_PIECE_BYTES,
     EFFICIENT_RUN_BYTES,
+    KERNEL_HEADROOM_BYTES,
     P,
     ceil_div,
     hbm_strides,
@@ -135,8 +136,17 @@ def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, comput
                   and kt > 1 and rhs_bytes <= resident_cap)
     if lhs_bytes <= resident_cap and not first_pass and (
             lhs_bytes <= rhs_bytes or rhs_bytes > resident_cap):
+        # L stored as rows reaches SBUF through `STAGES` staging tiles of whole rows of K
+        # (`StagedLoader`); the kernel headroom holds them, and what overflows it is taken
+        # from R's buffers. A K long enough (a vocabulary) leaves R no room: L is then
+        # transposed to K-major in HBM once and loaded with no staging at all.
+        staging = 0 if lhs.k_major else STAGES * k * compute_bytes
+        rhs_budget = budget - lhs_bytes - max(0, staging - KERNEL_HEADROOM_BYTES)
+        if rhs_budget < 2 * P * compute_bytes:
+            raise NeedsKMajor(f"matmul rows of K = {k} staged beside a resident operand: "
+                              f"{staging} bytes per partition of staging leave no SBUF room")
         block, chunk = _stream_shape(rhs, kt, ceil_div(rows, P) * BANK_FP32, compute_bytes,
-                                     budget - lhs_bytes, cols, BANK_FP32)
+                                     rhs_budget, cols, BANK_FP32)
         group = min(group, block) if chunk == kt else block
         return Plan("rhs", block, chunk, cols, group, _interleave(rhs, block, chunk, kt,
                                                                compute_bytes))

@@ -100,7 +100,8 @@ def api(label: str):
 class RingAllocator:
     """Next-fit allocation of per-partition byte ranges, wrapping around at the end.
 
-    PSUM tiles of at most one bank never straddle a bank boundary.
+    PSUM tiles of at most one bank never straddle a bank boundary; larger ones start on one
+    (a matmul writes one bank: each bank-wide slice of an accumulator must be a whole bank).
     """
 
     def __init__(self, memory: Memory, capacity: int, *, bank_bytes: int | None = None,
@@ -140,7 +141,7 @@ class RingAllocator:
         spans = sorted(self.live.items())
         while offset + nbytes <= self.capacity:
             straddles = self.bank and offset // self.bank != (offset + nbytes - 1) // self.bank
-            if straddles and nbytes <= self.bank:
+            if straddles and (nbytes <= self.bank or offset % self.bank):
                 offset = -(-offset // self.bank) * self.bank
                 continue
             clash = next(((o, s) for o, (s, _) in spans if o < offset + nbytes and offset < o + s), None)

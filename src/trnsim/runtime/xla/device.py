@@ -46,6 +46,9 @@ class LazyDevice:
         self.closures: list = []  # xm.add_step_closure: run after the next mark_step
         self.pending_collectives: list[tuple[str, int, int]] = []  # (op, bytes, ranks)
         self.step_listeners: list = []  # called with each mark_step's graph (TensorBoard)
+        # keep the values random ops drew (dropout masks) in their IrValues, so that a
+        # functional run of a graph (`functional.run_functional`) uses the same masks
+        self.keep_drawn = False
 
     def note_factory(self) -> None:
         from trnsim.runtime.xla.metrics import METRICS
@@ -87,11 +90,14 @@ class LazyDevice:
             flat = out if isinstance(out, (tuple, list)) else [out]
             return type(flat)(m for _, m in mutated) if len(flat) == len(mutated) else out
         counter = iter(range(1 << 30))
+        drawn = DRAWN.get(func) if self.keep_drawn else None
 
         def wrap(x: Any) -> Any:
             if not isinstance(x, torch.Tensor):
                 return x
             value = IrValue(tuple(x.shape), x.dtype, node, next(counter))
+            if value.index == drawn:
+                value.value = x
             node.outputs.append(value)
             return XlaTensor(x, value)
 
@@ -140,6 +146,9 @@ class LazyDevice:
     def collective(self, op: str, nbytes: int, ranks: int) -> None:
         """A collective in the pending graph; timed with the graph that holds it."""
         self.pending_collectives.append((op, nbytes, ranks))
+
+
+DRAWN = {aten.native_dropout.default: 1}  # random op -> the output its generator drew (the mask)
 
 
 def _written_args(func, args: tuple) -> list[tuple[int, XlaTensor]]:

@@ -58,9 +58,19 @@ def _device_dtype(dtype: torch.dtype) -> torch.dtype:
     return DEVICE.precision.device_dtype(dtype) if DEVICE.precision is not None else dtype
 
 
-def to_ir(step: StepGraph, name: str = "step") -> Graph:
+def drawn_values(step: StepGraph) -> list[IrValue]:
+    """The random draws of `step` the device kept (`LazyDevice.keep_drawn`), in node order."""
+    from trnsim.runtime.xla.device import DRAWN
+
+    return [node.outputs[DRAWN[node.op]] for node in step.nodes if node.op in DRAWN
+            and node.outputs[DRAWN[node.op]].value is not None]
+
+
+def to_ir(step: StepGraph, name: str = "step", drawn: bool = False) -> Graph:
     """The compiler IR of a cut graph: inputs are its device data, outputs its roots (float32
-    tensors are bf16 on the device under XLA_USE_BF16 / XLA_DOWNCAST_BF16)."""
+    tensors are bf16 on the device under XLA_USE_BF16 / XLA_DOWNCAST_BF16). With `drawn`, the
+    masks random ops drew (`drawn_values`) are inputs after the device data, in place of the
+    device generator's draw, so that a functional run computes with PyTorch's masks."""
     graph = Graph(name)
     cx = Translator(graph)
     env: dict[int, Node] = {}
@@ -68,9 +78,15 @@ def to_ir(step: StepGraph, name: str = "step") -> Graph:
         env[value.uid] = graph.add("input", (), {"index": i, "name": f"in{i}", "shape": value.shape,
                                                  "dtype": ir_dtype(_device_dtype(value.dtype)).name,
                                                  "torch_dtype": str(value.dtype)}, name=f"in{i}")
+    masks = {v.uid: v for v in drawn_values(step)} if drawn else {}
     unsupported: list[UnsupportedOp] = []
     for node in step.nodes:
         cx.source = node.source
+        if node.op is aten.native_dropout.default and node.outputs[1].uid in masks:
+            env[node.outputs[0].uid], env[node.outputs[1].uid] = _dropout_with_mask(
+                cx, env[node.args[0].uid], node.args[1], node.outputs[1],
+                len(graph.inputs))
+            continue
         if any(isinstance(v, IrValue) and v.uid not in env
                for v in tree_flatten((node.args, node.kwargs))[0]):
             continue  # reads an op already reported as unsupported
@@ -86,6 +102,18 @@ def to_ir(step: StepGraph, name: str = "step") -> Graph:
         raise UnsupportedOperatorError(unsupported)
     graph.outputs = [env[r.uid] for r in step.roots]
     return graph.verify()
+
+
+def _dropout_with_mask(cx: Translator, x: Node, p: float, mask: IrValue, index: int
+                       ) -> tuple[Node, Node]:
+    keep = cx.graph.add("input", (), {"index": index, "name": f"in{index}", "shape": mask.shape,
+                                      "dtype": "bool_", "torch_dtype": str(mask.dtype)},
+                        name=f"in{index}")
+    scaled = cx.emit("mul", [cx.emit("where", [keep, x, cx.tensor(0.0)]),
+                             cx.tensor(1.0 / (1.0 - p))])
+    if scaled.dtype != x.dtype:
+        scaled = cx.emit("cast", [scaled], dtype=x.dtype.name)
+    return scaled, keep
 
 
 def _meta(value: IrValue) -> torch.Tensor:
