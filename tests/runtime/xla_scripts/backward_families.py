@@ -16,7 +16,7 @@ from trnsim.runtime.xla.functional import device_values
 
 torch.manual_seed(0)
 device = xm.xla_device()
-DEVICE.keep_drawn = True  # dropout masks become inputs of the functional run
+DEVICE.keep_values = True  # dropout masks become inputs of the functional run
 
 
 def attention(q, k, v):

@@ -6,6 +6,7 @@ structure torch-xla would build, its compilation cache, and the simulated time o
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from trnsim.runtime.xla.lazy import (
 from trnsim.runtime.xla.metrics import METRICS
 
 aten = torch.ops.aten
+VALUES_ENV = "TRNSIM_XLA_VALUES"  # "simulated": see `LazyDevice.simulated_values`
 CPU = torch.device("cpu")
 
 
@@ -46,9 +48,15 @@ class LazyDevice:
         self.closures: list = []  # xm.add_step_closure: run after the next mark_step
         self.pending_collectives: list[tuple[str, int, int]] = []  # (op, bytes, ranks)
         self.step_listeners: list = []  # called with each mark_step's graph (TensorBoard)
-        # keep the values random ops drew (dropout masks) in their IrValues, so that a
-        # functional run of a graph (`functional.run_functional`) uses the same masks
-        self.keep_drawn = False
+        # keep what a functional run of a graph (`functional.run_functional`) reads: the values
+        # random ops drew (dropout masks), and a copy of device data as it became data (its
+        # CPU tensor, or a view of it, may be written in place later; the graph reads it before)
+        self.keep_values = False
+        # values of each cut graph's roots from trnsim's compiled program run functionally on
+        # the simulator instead of PyTorch's CPU values (slow: for checking the kernels)
+        self.simulated_values = os.environ.get(VALUES_ENV) == "simulated"
+        if self.simulated_values:
+            self.keep_values = True
 
     def note_factory(self) -> None:
         from trnsim.runtime.xla.metrics import METRICS
@@ -79,7 +87,7 @@ class LazyDevice:
     def _record(self, func, args: tuple, kwargs: dict, out: Any) -> Any:
         ref = lambda x: x.ir if isinstance(x, XlaTensor) else x  # noqa: E731
         node = IrNode(func, tree_map(ref, args), tree_map(ref, kwargs), [], node_source(4))
-        mutated = _written_args(func, args)
+        mutated = _written_args(func, args, kwargs)
         for i, target in mutated:
             value = IrValue(tuple(target.shape), target.dtype, node, i)
             node.outputs.append(value)
@@ -90,7 +98,7 @@ class LazyDevice:
             flat = out if isinstance(out, (tuple, list)) else [out]
             return type(flat)(m for _, m in mutated) if len(flat) == len(mutated) else out
         counter = iter(range(1 << 30))
-        drawn = DRAWN.get(func) if self.keep_drawn else None
+        drawn = DRAWN.get(func) if self.keep_values else None
 
         def wrap(x: Any) -> Any:
             if not isinstance(x, torch.Tensor):
@@ -126,8 +134,17 @@ class LazyDevice:
         self.executor.execute(graph)
         self.graphs.append(graph)
         done = {r.uid: r for r in roots}
+        computed = {}
+        if self.simulated_values:
+            from trnsim.runtime.xla.functional import run_functional
+
+            computed = dict(zip(done, run_functional(graph, self.executor.instance),
+                                strict=True))
         for t in list(LIVE):
             if t.ir.uid in done:
+                if computed:
+                    with torch.no_grad():
+                        t.value.copy_(computed[t.ir.uid])
                 made = t.ir.node.source if t.ir.node is not None else t.ir.source
                 t.ir = data_value(t.value, made)
         return graph
@@ -151,13 +168,14 @@ class LazyDevice:
 DRAWN = {aten.native_dropout.default: 1}  # random op -> the output its generator drew (the mask)
 
 
-def _written_args(func, args: tuple) -> list[tuple[int, XlaTensor]]:
-    """The XlaTensor arguments an in-place op writes (schema alias info), with their position."""
+def _written_args(func, args: tuple, kwargs: dict | None = None) -> list[tuple[int, XlaTensor]]:
+    """The XlaTensor arguments an in-place or `out=` op writes (schema alias info), with their
+    position in the schema."""
     written = []
     for i, arg in enumerate(func._schema.arguments):
         info = arg.alias_info
-        if info is not None and info.is_write and i < len(args):
-            value = args[i]
+        if info is not None and info.is_write and (i < len(args) or arg.name in (kwargs or {})):
+            value = args[i] if i < len(args) else kwargs[arg.name]
             if isinstance(value, XlaTensor):
                 written.append((i, value))
             elif isinstance(value, (list, tuple)):  # _foreach_*_ ops write every list element

@@ -56,5 +56,5 @@ def run_functional(graph: StepGraph, instance) -> list[torch.Tensor]:
     for name, root in zip(lowered.outputs, graph.roots, strict=True):
         array = np.asarray(produced[name], dtype=np.float32 if root.dtype.is_floating_point
                            else None).reshape(root.shape)
-        results.append(torch.from_numpy(np.ascontiguousarray(array)).to(root.dtype))
+        results.append(torch.from_numpy(np.array(array, order="C")).to(root.dtype))
     return results

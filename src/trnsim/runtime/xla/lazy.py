@@ -162,6 +162,10 @@ LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 def data_value(value: torch.Tensor, source: str | None) -> IrValue:
+    from trnsim.runtime.xla.device import DEVICE
+
+    if getattr(DEVICE, "keep_values", False):  # see `LazyDevice.keep_values`
+        value = value.detach().clone()
     return IrValue(tuple(value.shape), value.dtype, None, 0, source, value=value)
 
 

@@ -71,7 +71,8 @@ class Precision:
         rounded on write (in-place ops: from the operands as they were before the write)."""
         mutated = _mutated_positions(func)
         if mutated:
-            targets = [raw_args[i] for i in mutated if isinstance(raw_args[i], torch.Tensor)]
+            targets = [raw_args[i] for i in mutated
+                       if i < len(raw_args) and isinstance(raw_args[i], torch.Tensor)]
             if targets and all(_is_narrow(t, self) for t in targets) and len(targets) == 1:
                 from trnsim.runtime.xla.translate import functional
 

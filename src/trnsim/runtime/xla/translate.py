@@ -42,8 +42,14 @@ def _name(op: Any) -> str:
 
 
 def functional(op: Any) -> Any:
-    """`add_.Tensor` -> `add.Tensor`; `copy_` -> `copy`; ops without a functional twin stay."""
+    """`add_.Tensor` -> `add.Tensor`; `copy_` -> `copy`; `maximum.out` -> `maximum.default`;
+    ops without a functional twin stay."""
     base = op._schema.name.split("::")[1]
+    overload = op._overloadname
+    if overload == "out" or overload.endswith("_out"):
+        packet = getattr(aten, base, None)
+        name = "default" if overload == "out" else overload[:-len("_out")]
+        return getattr(packet, name, op) if packet is not None else op
     if not base.endswith("_") or base.startswith("_foreach"):
         return op
     packet = getattr(aten, base[:-1], None)
@@ -59,7 +65,7 @@ def _device_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def drawn_values(step: StepGraph) -> list[IrValue]:
-    """The random draws of `step` the device kept (`LazyDevice.keep_drawn`), in node order."""
+    """The random draws of `step` the device kept (`LazyDevice.keep_values`), in node order."""
     from trnsim.runtime.xla.device import DRAWN
 
     return [node.outputs[DRAWN[node.op]] for node in step.nodes if node.op in DRAWN
@@ -91,7 +97,10 @@ def to_ir(step: StepGraph, name: str = "step", drawn: bool = False) -> Graph:
                for v in tree_flatten((node.args, node.kwargs))[0]):
             continue  # reads an op already reported as unsupported
         try:
-            results = _translate_call(cx, functional(node.op), node.args, node.kwargs, env,
+            op = functional(node.op)
+            kwargs = {k: v for k, v in node.kwargs.items() if k != "out"} \
+                if op is not node.op else node.kwargs
+            results = _translate_call(cx, op, node.args, kwargs, env,
                                       [(v.shape, _device_dtype(v.dtype)) for v in node.outputs])
         except TrnsimError as exc:
             unsupported.append(UnsupportedOp(aten_kind(_name(node.op)), node.source, exc.message))
