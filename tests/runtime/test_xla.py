@@ -134,3 +134,24 @@ def test_stochastic_rounding_is_seeded_and_unbiased(tmp_path):
     for value in (result["sr_seed0"], result["sr_seed3"], result["downcast_sr"]):
         # E = 256 + 256 * 0.5 = 384; each add rounds up by 2 with p = 1/4: sd = 2 * sqrt(48)
         assert abs(value - 384.0) < 6 * 2 * 48 ** 0.5, value
+
+
+@pytest.fixture(scope="module")
+def overlap_runs(tmp_path_factory):
+    env = {"TRNSIM_INSTANCE": "trn1.32xlarge", "TRNSIM_XLA_SIMULATED_WORLD": "32",
+           "ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB": "2"}
+    return {flag: run_script(tmp_path_factory.mktemp(f"overlap{flag}"),
+                             str(SCRIPTS / "overlap.py"), TRNSIM_XLA_COLLECTIVE_OVERLAP=flag,
+                             **env) for flag in ("1", "0")}
+
+
+def test_bucketed_all_reduces_overlap_the_backward(overlap_runs):
+    on, off = overlap_runs["1"]["report"], overlap_runs["0"]["report"]
+    assert on["collective_count"] == off["collective_count"] == 4  # 4 MiB of grads, 2 MiB buckets
+    assert on["collectives_total_ms"] == pytest.approx(off["collectives_total_ms"])
+    assert off["collectives_overlapped_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert on["collectives_overlapped_ms"] > 0
+    assert on["step_ms"] < off["step_ms"]
+    assert on["phase_ms"]["collectives"] == pytest.approx(
+        on["collectives_total_ms"] - on["collectives_overlapped_ms"])
+    assert overlap_runs["1"]["params"] == overlap_runs["0"]["params"]  # timing only

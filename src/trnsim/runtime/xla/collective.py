@@ -4,8 +4,16 @@
 coalescing a list into one buffer, and records the reduction in the lazy graph as its scale
 (the elementwise part of the op). The time of the all-reduce itself is simulated by
 `trnsim.collectives` on the instance's fabric for the job's rank count, in the graph's
-collectives phase; torch-xla issues gradient all-reduces after the backward (`optimizer_step`
-calls `reduce_gradients` once `loss.backward()` has returned), so they do not overlap it.
+collectives phase.
+
+Overlap with the backward: `xm.optimizer_step` calls `reduce_gradients` once `loss.backward()`
+has returned, but the ops are only recorded; the device runs the compiled graph, in which an
+all-reduce waits only for the gradients it reduces. torch-xla buckets the gradients (reversed,
+last layer first, `ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB`, which torch-neuronx sets to 50) "so
+that allreduce [can] trigger as soon as the bucket fills up and overlap with backward pass".
+`overlap` replays that on the simulated timeline: each bucket's all-reduce starts when the
+last of its gradients is written (their times come from the compiled program's profile) and
+the fabric is free; what the step waits for is the part that outlasts the backward.
 """
 
 from __future__ import annotations
@@ -68,7 +76,8 @@ def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None):
                 offset += v.numel()
     PHASE["collectives"] += 1
     try:
-        DEVICE.collective("all_reduce", nbytes, world)
+        DEVICE.collective("all_reduce", nbytes, world,
+                          [t.ir for t in tensors if isinstance(t, XlaTensor)])
         with torch.no_grad():
             outs = [t.mul_(scale) if not single else t * scale for t in tensors]
     finally:
@@ -92,3 +101,19 @@ def all_reduce_ns(nbytes: int, ranks: int, instance_name: str) -> float:
     ns, _ = iteration_time_ns(fabric, Collective("all_reduce", int(nbytes), "float32",
                                                  ranks, None, None, None, "sum"))
     return float(ns)
+
+
+def overlap(collectives: list[tuple[float, float]], grads_ready_ns: float
+            ) -> tuple[float, list[tuple[float, float]]]:
+    """(ns the step waits for collectives beyond its compute, [(start, end)] per collective).
+
+    `collectives`: (ready_ns, duration_ns) in issue order: one at a time on the fabric, each
+    from when its inputs are written. `grads_ready_ns`: when the last reduced gradient is
+    written; the rest of the graph (the optimizer) waits for every collective to end, so the
+    step is max(last gradient, last collective end) + the compute after the last gradient."""
+    spans, free = [], 0.0
+    for ready, duration in collectives:
+        start = max(ready, free)
+        free = start + duration
+        spans.append((start, free))
+    return max(0.0, free - grads_ready_ns), spans

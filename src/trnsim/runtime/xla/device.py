@@ -48,6 +48,7 @@ class LazyDevice:
         self.closures: list = []  # xm.add_step_closure: run after the next mark_step
         self.pending_collectives: list[tuple[str, int, int]] = []  # (op, bytes, ranks)
         self.step_listeners: list = []  # called with each mark_step's graph (TensorBoard)
+        self.pending_inputs: list[list[IrValue]] = []  # per pending collective: what it reduces
         # keep what a functional run of a graph (`functional.run_functional`) reads: the values
         # random ops drew (dropout masks), and a copy of device data as it became data (its
         # CPU tensor, or a view of it, may be written in place later; the graph reads it before)
@@ -123,10 +124,18 @@ class LazyDevice:
                 roots.append(t.ir)
         if not roots:
             return None
+        if why == "mark_step":  # a collective's inputs are outputs of the graph: their write
+            for values in self.pending_inputs:  # times say when the collective may start
+                for v in values:
+                    if v.node is not None and v.uid not in seen:
+                        seen.add(v.uid)
+                        roots.append(v)
         roots.sort(key=lambda v: v.uid)  # creation order: the same program gives the same graph
         graph = build_graph(roots, why, source)
         if why == "mark_step":
             graph.collectives, self.pending_collectives = self.pending_collectives, []
+            graph.collective_inputs = [[v.uid for v in values] for values in self.pending_inputs]
+            self.pending_inputs = []
         if self.executor is None:
             from trnsim.runtime.xla.executor import Executor
 
@@ -160,9 +169,11 @@ class LazyDevice:
             for listener in self.step_listeners:
                 listener(graph)
 
-    def collective(self, op: str, nbytes: int, ranks: int) -> None:
-        """A collective in the pending graph; timed with the graph that holds it."""
+    def collective(self, op: str, nbytes: int, ranks: int, inputs: list | None = None) -> None:
+        """A collective in the pending graph, reading `inputs` (IrValues); timed with the graph
+        that holds it."""
         self.pending_collectives.append((op, nbytes, ranks))
+        self.pending_inputs.append(list(inputs or []))
 
 
 DRAWN = {aten.native_dropout.default: 1}  # random op -> the output its generator drew (the mask)

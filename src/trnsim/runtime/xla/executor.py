@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trnsim.runtime.xla.collective import all_reduce_ns
+from trnsim.runtime.xla.collective import all_reduce_ns, overlap
 from trnsim.runtime.xla.graph import StepGraph, recompile_reason
 from trnsim.runtime.xla.metrics import METRICS
 
@@ -43,6 +43,7 @@ def profile_dir() -> Path | None:
     if os.environ.get(INSPECT_ENABLE_ENV) == "1":
         return Path(os.environ.get(INSPECT_DIR_ENV) or INSPECT_DEFAULT_DIR)
     return None
+OVERLAP_ENV = "TRNSIM_XLA_COLLECTIVE_OVERLAP"  # "0": collectives wait for the whole backward
 
 
 @dataclass
@@ -56,6 +57,7 @@ class CompiledStep:
     flops: int = 0
     engine_utilisation: dict[str, float] = field(default_factory=dict)
     instructions: int = 0
+    root_ready_ns: list[float] = field(default_factory=list)  # per graph root: when written
 
 
 def _cc_flags() -> list[str]:
@@ -133,11 +135,29 @@ class Executor:
         self.by_site[site] = graph
         graph.compiled = compiled
         METRICS.count("ExecuteComputation")
-        collective_ns = sum(all_reduce_ns(nbytes, ranks, self.instance.name)
-                            for _, nbytes, ranks in graph.collectives) if self.timing else 0.0
-        graph.collective_ns = collective_ns
-        if compiled.device_ns or collective_ns:
-            METRICS.sample("ExecuteTime", compiled.device_ns + collective_ns)
+        if self.timing:
+            self._time_collectives(graph, compiled)
+        waited = graph.exposed_collective_ns
+        if compiled.device_ns or waited:
+            METRICS.sample("ExecuteTime", compiled.device_ns + waited)
+
+    def _time_collectives(self, graph: StepGraph, compiled: CompiledStep) -> None:
+        """Each collective on the fabric from when its inputs are written (see
+        `collective.overlap`); a graph compiled without write times waits for all of them."""
+        durations = [all_reduce_ns(nbytes, ranks, self.instance.name)
+                     for _, nbytes, ranks in graph.collectives]
+        graph.collective_ns = sum(durations)
+        ready_of = dict(zip((r.uid for r in graph.roots), compiled.root_ready_ns, strict=False))
+        end = compiled.device_ns
+        ready = []
+        for uids in (graph.collective_inputs or [[]] * len(durations)):
+            times = [ready_of.get(u, end if ready_of else 0.0) for u in uids]
+            ready.append(max(times) if times and ready_of else end)
+        grads_ready = max(ready, default=end)
+        if os.environ.get(OVERLAP_ENV) == "0":  # every collective after the last gradient
+            ready = [grads_ready] * len(ready)
+        graph.exposed_collective_ns, graph.collective_spans = overlap(
+            list(zip(ready, durations, strict=True)), grads_ready)
 
     # --- compile ------------------------------------------------------------------------------
     def _disk_key(self, graph: StepGraph) -> str:
@@ -203,7 +223,30 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
             row["ns"] *= total / work
     flops = int(np.asarray(profile.flops, dtype=np.int64).sum())
     return CompiledStep(graph.key, total, phase_ns, rows, flops,
-                        dict(profile.summary.engine_utilisation), len(profile))
+                        dict(profile.summary.engine_utilisation), len(profile),
+                        output_ready_ns(kernel_graph, profile))
+
+
+def output_ready_ns(kernel_graph, profile) -> list[float]:
+    """When each output of the compiled graph is written: the end of the last instruction of
+    the kernel that computes it (through views; an input or constant is ready at 0)."""
+    from trnsim.compiler.lowering import VIEWS
+
+    program = profile.program
+    pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
+    ids: dict[str, int] = {}
+    by_pc = np.array([ids.setdefault(ins.label, len(ids)) for ins in program.instructions],
+                     dtype=np.int64)
+    done = np.zeros(len(ids))
+    if len(pcs):
+        np.maximum.at(done, by_pc[np.asarray(pcs, dtype=np.int64)], profile.end_ns)
+    ready = []
+    for node in kernel_graph.outputs:
+        while node.op in VIEWS:
+            node = node.inputs[0]
+        label = ids.get(f"{node.op}:{node.name}")
+        ready.append(float(done[label]) if label is not None else 0.0)
+    return ready
 
 
 def trace_path(directory: Path, key: str) -> Path:

@@ -30,7 +30,10 @@ class StepGraph:
     compiled: Any = None  # the executor's CompiledStep
     cache: str = ""  # "memory", "disk" or "compiled"
     collectives: list = field(default_factory=list)  # (op, bytes, ranks) issued in this graph
-    collective_ns: float = 0.0  # their simulated time on the instance's fabric
+    collective_inputs: list = field(default_factory=list)  # per collective: uids it reads
+    collective_ns: float = 0.0  # their simulated time on the instance's fabric, end to end
+    exposed_collective_ns: float = 0.0  # what the step waits for them beyond its compute
+    collective_spans: list = field(default_factory=list)  # (start, end) ns per collective
     hbm: Any = None  # memory.HbmUse of the step (mark_step graphs)
 
     def describe_input(self, i: int) -> str:

@@ -30,6 +30,11 @@ class StepReport:
     kernels_ms: dict[str, float] = field(default_factory=dict)  # op -> ms
     hbm: dict | None = None
     recompilations: list[str] = field(default_factory=list)
+    # gradient all-reduces: end-to-end time on the fabric, and the part hidden under the
+    # backward (the "collectives" phase is what the step waits for: total - overlapped)
+    collectives_total_ms: float = 0.0
+    collectives_overlapped_ms: float = 0.0
+    collective_count: int = 0
 
     def to_dict(self) -> dict:
         return dict(vars(self))
@@ -45,6 +50,10 @@ class StepReport:
             lines.append(f"  MFU: {self.mfu * 100:.1f}% of dense bf16 peak")
         lines.append(f"  graphs per step: {self.graphs}; compilations in the run: "
                      f"{self.compilations}")
+        if self.collective_count:
+            lines.append(f"  collectives: {self.collective_count} all-reduce(s), "
+                         f"{self.collectives_total_ms:.3f} ms on the fabric, "
+                         f"{self.collectives_overlapped_ms:.3f} ms of it overlapping the backward")
         if self.hbm:
             mib = 1 << 20
             h = self.hbm
@@ -111,11 +120,14 @@ def step_report(samples_per_step: int | None = None, device=None) -> StepReport:
     phase_ns: dict[str, float] = defaultdict(float)
     kernels: dict[str, float] = defaultdict(float)
     flops = 0
+    collectives_ns, collective_count = 0.0, 0
     for g in step:
         c = g.compiled
         for p, ns in (c.phase_ns or {}).items():
             phase_ns[p] += ns
-        phase_ns["collectives"] += g.collective_ns
+        phase_ns["collectives"] += g.exposed_collective_ns
+        collectives_ns += g.collective_ns
+        collective_count += len(g.collectives)
         for k in c.kernels:
             kernels[k["op"]] += k["ns"] / 1e6
         flops += c.flops
@@ -136,7 +148,9 @@ def step_report(samples_per_step: int | None = None, device=None) -> StepReport:
     return StepReport(executor.instance.name, world, mode, total_ns / 1e6,
                       {p: phase_ns.get(p, 0.0) / 1e6 for p in PHASES}, samples, throughput, mfu,
                       len(step), len(executor.memory), dict(kernels), hbm,
-                      list(executor.recompilations))
+                      list(executor.recompilations), collectives_ns / 1e6,
+                      max(0.0, collectives_ns - phase_ns.get("collectives", 0.0)) / 1e6,
+                      collective_count)
 
 
 def guess_samples(graph) -> int | None:

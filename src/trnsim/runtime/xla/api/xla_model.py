@@ -74,13 +74,42 @@ def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_la
     return _all_reduce(reduce_type, inputs, scale, groups)
 
 
+BUCKET_ENV = "ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB"
+# torch-neuronx's PJRT set-up (`_set_envvar_defaults`) sets the bucket size to 50 MB
+NEURON_BUCKET_MB_DEFAULT = "50"
+
+
 def reduce_gradients(optimizer, groups=None, pin_layout: bool = True) -> None:
-    """All-reduce (mean) every gradient, as one coalesced all-reduce, when world size > 1."""
+    """All-reduce (mean) every gradient when world size > 1, as torch-xla does: with a bucket
+    size, in buckets from the last layer back (each can start while the backward still runs,
+    see `trnsim.runtime.xla.collective`); with 0, as one coalesced all-reduce."""
     count = runtime.world_size()
     if count > 1:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"]
                  if p.grad is not None]
-        all_reduce(REDUCE_SUM, grads, scale=1.0 / count, groups=groups)
+        bucket_mb = int(os.environ.get(BUCKET_ENV, NEURON_BUCKET_MB_DEFAULT))
+        if bucket_mb > 0:
+            all_reduce_bucketized_gradients(list(reversed(grads)), scale=1.0 / count,
+                                            groups=groups, bucket_cap_mb=bucket_mb)
+        else:
+            all_reduce(REDUCE_SUM, grads, scale=1.0 / count, groups=groups)
+
+
+def all_reduce_bucketized_gradients(gradients, scale: float, groups=None,
+                                    pin_layout: bool = False, bucket_cap_mb: int = 0) -> None:
+    """One all-reduce per bucket of consecutive gradients of at most `bucket_cap_mb` MB (a
+    gradient larger than that is a bucket of its own)."""
+    cap = bucket_cap_mb * 1024 * 1024
+    bucket, size = [], 0
+    for grad in gradients:
+        nbytes = grad.numel() * grad.element_size()
+        if bucket and size + nbytes > cap:
+            all_reduce(REDUCE_SUM, bucket, scale=scale, groups=groups)
+            bucket, size = [], 0
+        bucket.append(grad)
+        size += nbytes
+    if bucket:
+        all_reduce(REDUCE_SUM, bucket, scale=scale, groups=groups)
 
 
 def optimizer_step(optimizer, barrier: bool = False, optimizer_args: dict | None = None,
