@@ -111,6 +111,14 @@ def _native_dropout(cx: Translator, x: Node, p: float, train: bool | None) -> tu
     return scaled, keep
 
 
+@aten("normal_.default", "uniform_.default")
+def _random_fill(cx: Translator, x: Node, *args: Any, **kwargs: Any) -> Node:
+    """Initialisation on the device (`nn.init.normal_` of a materialised weight): the device
+    fills the tensor from its own generator in one pass; the IR has no random op, so a fill of
+    the same size stands in (the values come from the caller, as for dropout)."""
+    return cx.emit("full", shape=x.shape, value=0.0, dtype=x.dtype.name)
+
+
 _inference_layer_norm = TRANSLATIONS["aten.native_layer_norm.default"]
 
 

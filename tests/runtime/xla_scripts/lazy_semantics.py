@@ -61,4 +61,20 @@ try:
     xm.no_such_function()
 except Exception as error:  # the test checks its type and text
     out["unknown"] = [type(error).__name__, str(error)]
+# weights built on the meta device (deferred init) have no values: refused by name; once
+# materialised with to_empty they train
+with torch.device("meta"):
+    deferred = torch.nn.Linear(16, 4)
+try:
+    deferred.to(device)
+except Exception as error:
+    out["meta"] = [type(error).__name__, str(error)]
+deferred = deferred.to_empty(device=device)
+torch.nn.init.normal_(deferred.weight)
+torch.nn.init.zeros_(deferred.bias)
+loss = deferred(torch.randn(2, 16).to(device)).square().mean()
+loss.backward()
+xm.mark_step()
+out["materialised_loss"] = loss.item()
+out["uncached_compiles"] = met.counter_value("UncachedCompile")
 print("RESULT " + json.dumps(out))

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from trnsim.errors import UnsupportedError
 from trnsim.runtime.xla.graph import StepGraph, build_graph
 from trnsim.runtime.xla.lazy import (
     LIVE,
@@ -194,6 +195,20 @@ def _written_args(func, args: tuple, kwargs: dict | None = None) -> list[tuple[i
     return written
 
 
+class MetaTensorError(UnsupportedError):
+    """A tensor on PyTorch's meta device (deferred init: `torch.device("meta")`, accelerate's
+    `init_empty_weights`) moved to the xla device: it has a shape but no values, and the lazy
+    device computes every value a script can read."""
+
+    def __init__(self, shape: tuple, source: str | None) -> None:
+        super().__init__(
+            f"moving a tensor of shape {list(shape)} from the meta device to the xla device: "
+            "it has no values (weights built on the meta device / init_empty_weights). "
+            "Materialise the model first: model.to_empty(device=device) and initialise it "
+            "(or load its weights); to time a zoo model without values use `trnsim train`",
+            source=source)
+
+
 DEVICE = LazyDevice()
 
 
@@ -201,6 +216,8 @@ def to_device(tensor: torch.Tensor, index: int = 0) -> XlaTensor:
     """A host tensor moved to the device: device data (a transfer, no graph)."""
     if isinstance(tensor, XlaTensor):
         return tensor
+    if tensor.is_meta:
+        raise MetaTensorError(tuple(tensor.shape), user_source(3))
     start = time.perf_counter()
     value = tensor.detach().clone()
     if DEVICE.precision is not None:
