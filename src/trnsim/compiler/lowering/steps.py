@@ -113,20 +113,21 @@ def to_callable(program: Program, *, has_acc: bool, first_operand: int = 0) -> C
     `blocks[i]` is operand ``in<first_operand + i>`` of the node (a matmul's extras start after
     its a, b and bias)."""
     steps = tuple(program)
-    last_use = {}  # step result -> the last step that reads it
+    readers: dict[int, list[int]] = {}  # step result -> the steps that read it
     for i, step in enumerate(steps):
         for a in step.args:
             if isinstance(a, str) and a.startswith("s"):
-                last_use[int(a[1:])] = i
+                readers.setdefault(int(a[1:]), []).append(i)
 
     def run(*call_args) -> Tile:
         acc, blocks = (call_args[0], call_args[1]) if has_acc else (None, call_args[0])
         operands = {first_operand + i: block for i, block in enumerate(blocks)}
         results: list[Any] = []
-        for i, step in enumerate(steps):
+        released: set[int] = set()
+        for step in steps:
             args = [_resolve(a, acc, operands, results) for a in step.args]
             results.append(_step(step, args))
-            _release_dead(results, i, last_use, [acc, *blocks])
+            _release_dead(results, readers, released, [acc, *blocks])
         if not results:
             return acc
         return results[-1]
@@ -134,24 +135,36 @@ def to_callable(program: Program, *, has_acc: bool, first_operand: int = 0) -> C
     return run
 
 
-def _release_dead(results: list[Any], i: int, last_use: dict[int, int], kept: list) -> None:
-    """Free the SBUF tiles of step results no later step reads (a long program, such as GELU's
-    backward, would otherwise hold one block-sized tile per step and fragment SBUF). A result
-    sharing storage with an operand, or with a result still needed, stays."""
+def _release_dead(results: list[Any], readers: dict[int, list[int]], released: set[int],
+                  kept: list) -> None:
+    """Free the SBUF tile of each step result whose readers have all been emitted (a long
+    program, such as GELU's backward, would otherwise hold one block-sized tile per step and
+    fragment SBUF). A reader still pending (its instruction is emitted when its own result is
+    placed) keeps its operands; a result sharing storage with an operand or with a result
+    still needed stays."""
     from trnsim.nki.trace import current_trace
 
-    dead = [j for j, last in last_use.items() if last == i and j != len(results) - 1]
+    done = len(results)
+
+    def emitted(k: int) -> bool:
+        r = results[k]
+        return not (isinstance(r, Tile) and r._pending is not None)
+
+    dead = [j for j, ks in readers.items() if j not in released and j != done - 1
+            and max(ks) < done and all(emitted(k) for k in ks)]
     if not dead:
         return
-    live = {id(t._storage) for t in kept if isinstance(t, Tile) and t._storage is not None}
-    live |= {id(r._storage) for j, r in enumerate(results) if isinstance(r, Tile)
-             and r._storage is not None and (last_use.get(j, -1) > i or j == len(results) - 1)}
+    needed = [t for t in kept if isinstance(t, Tile)]
+    needed += [r for j, r in enumerate(results) if isinstance(r, Tile) and j not in dead
+               and j not in released]
+    live = {id(t._storage) for t in needed if t._storage is not None}
     for j in dead:
+        released.add(j)
         tile = results[j]
-        if isinstance(tile, Tile) and tile._storage is not None \
+        if isinstance(tile, Tile) and tile._storage is not None and tile._pending is None \
                 and id(tile._storage) not in live and tile._storage.memory.name == "SBUF":
             current_trace().release(tile)
-            live.add(id(tile._storage))  # released once
+            live.add(id(tile._storage))
 
 
 def _resolve(arg: Any, acc: Tile | None, operands: dict[int, Tile], results: list[Any]) -> Any:
