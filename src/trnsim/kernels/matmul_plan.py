@@ -119,6 +119,9 @@ class Plan:
     stages: int = 3  # staging buffers of a streamed row-major operand (fetch-ahead + 1)
 
 
+RESIDENT_STAGES = 3  # staging buffers of a resident row-major operand (`StagedLoader`'s default)
+
+
 def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, compute_bytes: int,
                 max_acc_banks: int, compute_bound: bool, budget: int) -> Plan:
     """Pick residency, block widths, K chunking and K tiling for ``[rows, K] @ [K, cols]``.
@@ -136,11 +139,11 @@ def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, comput
                   and kt > 1 and rhs_bytes <= resident_cap)
     if lhs_bytes <= resident_cap and not first_pass and (
             lhs_bytes <= rhs_bytes or rhs_bytes > resident_cap):
-        # L stored as rows reaches SBUF through `STAGES` staging tiles of whole rows of K
+        # L stored as rows reaches SBUF through `RESIDENT_STAGES` staging tiles of whole rows of K
         # (`StagedLoader`); the kernel headroom holds them, and what overflows it is taken
         # from R's buffers. A K long enough (a vocabulary) leaves R no room: L is then
         # transposed to K-major in HBM once and loaded with no staging at all.
-        staging = 0 if lhs.k_major else STAGES * k * compute_bytes
+        staging = 0 if lhs.k_major else RESIDENT_STAGES * k * compute_bytes
         rhs_budget = budget - lhs_bytes - max(0, staging - KERNEL_HEADROOM_BYTES)
         if rhs_budget < 2 * P * compute_bytes:
             raise NeedsKMajor(f"matmul rows of K = {k} staged beside a resident operand: "

@@ -224,28 +224,43 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
     flops = int(np.asarray(profile.flops, dtype=np.int64).sum())
     return CompiledStep(graph.key, total, phase_ns, rows, flops,
                         dict(profile.summary.engine_utilisation), len(profile),
-                        output_ready_ns(kernel_graph, profile))
+                        output_ready_ns(profile, [spec.name for spec in plan.outputs]))
 
 
-def output_ready_ns(kernel_graph, profile) -> list[float]:
-    """When each output of the compiled graph is written: the end of the last instruction of
-    the kernel that computes it (through views; an input or constant is ready at 0)."""
+def output_ready_ns(profile, names: list[str]) -> list[float]:
+    """When each output tensor of the compiled program holds its value: the end of the last
+    instruction writing it. An output that is a view of a kernel's result is copied out at the
+    end of the program; its value was ready when that result was written (the copy's source)."""
     from trnsim.compiler.lowering import VIEWS
+    from trnsim.isa import Memory
 
     program = profile.program
     pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
-    ids: dict[str, int] = {}
-    by_pc = np.array([ids.setdefault(ins.label, len(ids)) for ins in program.instructions],
-                     dtype=np.int64)
-    done = np.zeros(len(ids))
+    end = np.zeros(len(program.instructions))
     if len(pcs):
-        np.maximum.at(done, by_pc[np.asarray(pcs, dtype=np.int64)], profile.end_ns)
+        np.maximum.at(end, np.asarray(pcs, dtype=np.int64), profile.end_ns)
+    writers: dict[str, list[int]] = {}
+    by_label: dict[str, list[int]] = {}
+    for pc, ins in enumerate(program.instructions):
+        by_label.setdefault(ins.label, []).append(pc)
+        for ap in ins.writes():
+            if ap.memory is Memory.HBM:
+                writers.setdefault(ap.tensor, []).append(pc)
+
+    def written(name: str) -> float:
+        return float(max((end[pc] for pc in writers.get(name, ())), default=0.0))
+
     ready = []
-    for node in kernel_graph.outputs:
-        while node.op in VIEWS:
-            node = node.inputs[0]
-        label = ids.get(f"{node.op}:{node.name}")
-        ready.append(float(done[label]) if label is not None else 0.0)
+    for name in names:
+        own = writers.get(name, [])
+        labels = {program.instructions[pc].label for pc in own}
+        if own and all(label.split(":")[0] in VIEWS for label in labels):
+            sources = {ap.tensor for label in labels for pc in by_label[label]
+                       for ap in program.instructions[pc].reads()
+                       if ap.memory is Memory.HBM and ap.tensor != name}
+            ready.append(max((written(src) for src in sources), default=0.0))
+        else:
+            ready.append(written(name))
     return ready
 
 
