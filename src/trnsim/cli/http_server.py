@@ -25,6 +25,22 @@ MAX_TOKENS_DEFAULT = 16  # OpenAI's completions default
 LATENCY_HEADER = "x-trnsim-device-latency-ms"
 
 
+def _submit(engine, job):
+    """Queue `job` on `engine`; the error response if it is refused (full queue: 429, stopping:
+    503, bad request: 400), else None."""
+    from trnsim.perf.serving.engine import EngineStopped, QueueFull
+
+    try:
+        engine.submit(job)
+    except QueueFull as error:
+        return _error(429, str(error), "rate_limit_error", headers={"Retry-After": "1"})
+    except EngineStopped as error:
+        return _error(503, str(error), "server_error")
+    except InvalidArgumentError as error:
+        return _error(400, str(error))
+    return None
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error", headers=None):
     from fastapi.responses import JSONResponse
 
@@ -40,7 +56,7 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
     from fastapi.responses import JSONResponse, StreamingResponse
 
     from trnsim.perf.serving.embeddings import EmbeddingEngine, EmbeddingJob
-    from trnsim.perf.serving.engine import EngineStopped, Job, QueueFull
+    from trnsim.perf.serving.engine import Job
     from trnsim.perf.serving.text import chat_prompt
     from trnsim.perf.serving.tokens import Sampling
 
@@ -146,14 +162,9 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
                   on_token=(lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t))
                   if stream else None,
                   on_done=lambda: loop.call_soon_threadsafe(finished.set))
-        try:
-            engine.submit(job)
-        except QueueFull as error:
-            return _error(429, str(error), "rate_limit_error", headers={"Retry-After": "1"})
-        except EngineStopped as error:
-            return _error(503, str(error), "server_error")
-        except InvalidArgumentError as error:
-            return _error(400, str(error))
+        refused = _submit(engine, job)
+        if refused is not None:
+            return refused
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
@@ -242,14 +253,9 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
         loop = asyncio.get_running_loop()
         finished = asyncio.Event()
         job = EmbeddingJob(rows, on_done=lambda: loop.call_soon_threadsafe(finished.set))
-        try:
-            engine.submit(job)
-        except QueueFull as error:
-            return _error(429, str(error), "rate_limit_error", headers={"Retry-After": "1"})
-        except EngineStopped as error:
-            return _error(503, str(error), "server_error")
-        except InvalidArgumentError as error:
-            return _error(400, str(error))
+        refused = _submit(engine, job)
+        if refused is not None:
+            return refused
         try:
             await asyncio.wait_for(finished.wait(), timeout_s)
         except asyncio.TimeoutError:
