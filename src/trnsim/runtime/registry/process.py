@@ -42,8 +42,10 @@ class ProcessRecord:
         self.directory = directory
         self.pid = os.getpid()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one flush at a time: a stale snapshot never lands last
         self._dirty = threading.Event()
         self._stop = threading.Event()
+        self._closed = False
         self._next_model_id = FIRST_MODEL_ID
         self._models: dict[int, dict] = {}
         self._cores: dict[str, dict] = {}  # "instance:core" -> counters
@@ -170,9 +172,14 @@ class ProcessRecord:
                               for c in self._cores.values()]}
 
     def flush(self) -> None:
-        self._dirty.clear()
-        with contextlib.suppress(OSError):  # a full or vanished directory must not break the program
-            store.write_record(self.directory, self.snapshot())
+        # snapshot and write under one lock: two flushes (the thread's and a caller's) must not
+        # interleave, or the older snapshot's file could replace the newer one
+        with self._write_lock:
+            if self._closed:
+                return
+            self._dirty.clear()
+            with contextlib.suppress(OSError):  # a full or vanished directory must not break the program
+                store.write_record(self.directory, self.snapshot())
 
     def _flush_loop(self) -> None:
         self.flush()  # appear at once
@@ -186,7 +193,9 @@ class ProcessRecord:
         if os.getpid() != self.pid:
             return
         self._stop.set()
-        store.remove_record(self.directory, self.pid)
+        with self._write_lock:  # after a flush in progress, and no flush after it
+            self._closed = True
+            store.remove_record(self.directory, self.pid)
 
 
 def _resident_bytes() -> int:
