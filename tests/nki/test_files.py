@@ -47,3 +47,41 @@ def test_bad_shapes_are_clear_errors():
         parse_shapes("128xz", "float32")
     with pytest.raises(InvalidArgumentError, match="no input shapes"):
         parse_shapes(" , ", "float32")
+
+
+def test_a_current_api_file_runs_and_numbers_match_numpy(tmp_path):
+    """A kernel file written against the current API (`import nki`) loads as `trnsim kernel run`
+    loads it, and computes what numpy does."""
+    import numpy as np
+
+    from trnsim.nki import compat
+
+    (tmp_path / "cur.py").write_text(
+        "import nki\nimport nki.language as nl\n\n"
+        "@nki.jit\ndef add(a, b):\n"
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, nl.add(nl.load(a), nl.load(b)))\n"
+        "    return out\n")
+    try:
+        kernel = load_kernel("cur.py::add", tmp_path)
+        a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+        np.testing.assert_array_equal(np.asarray(kernel(a, a)), a + a)
+    finally:
+        compat.uninstall()
+
+
+@pytest.mark.parametrize("body,message", [
+    ("import not_a_package_xyz\n", r"bad\.py:1: .*ModuleNotFoundError.*not_a_package_xyz"),
+    ("x = 1\ny = 1 / 0\n", r"bad\.py:2: .*ZeroDivisionError"),
+    ("def f(:\n", r"bad\.py:1: .*SyntaxError"),
+])
+def test_a_failing_kernel_file_is_named_by_its_line(tmp_path, body, message):
+    from trnsim.nki.compat import uninstall
+    from trnsim.nki.files import KernelFileError
+
+    (tmp_path / "bad.py").write_text(body)
+    try:
+        with pytest.raises(KernelFileError, match=message):
+            load_kernel("bad.py::f", tmp_path)
+    finally:
+        uninstall()

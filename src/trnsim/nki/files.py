@@ -59,13 +59,14 @@ def load_kernel(target: str, base_dir: str | Path | None = None):
     if not sep or not where or not name:
         raise InvalidArgumentError(f"name the kernel as FILE.py::KERNEL or module::KERNEL; got "
                                    f"{target!r}")
-    compat.install("neuronxcc")
+    compat.install("neuronxcc")  # both NKI APIs: a file may `import neuronxcc.nki` or `import nki`
+    compat.install("nki")
     if where.endswith(".py"):
         path = _find(where, base_dir)
         spec = importlib.util.spec_from_file_location(f"_trnsim_kernel_{abs(hash(path))}", path)
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-        spec.loader.exec_module(module)
+        _exec_user_file(spec, module, path)
     else:
         try:
             module = importlib.import_module(where)
@@ -76,6 +77,34 @@ def load_kernel(target: str, base_dir: str | Path | None = None):
     if fn is None:
         raise InvalidArgumentError(f"{where} has no kernel named {name!r}")
     return fn if isinstance(fn, Kernel) else jit(fn)
+
+
+def _exec_user_file(spec, module, path: str) -> None:
+    """Run the kernel file's top level; what fails there is the user's file, named by its line."""
+    import traceback
+
+    from trnsim.errors import TrnsimError
+
+    try:
+        spec.loader.exec_module(module)
+    except TrnsimError:
+        raise
+    except Exception as error:  # any error in the user's file becomes one named error
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if os.path.abspath(f.filename) == os.path.abspath(path)]
+        where = f"{path}:{frames[-1].lineno}" if frames else path
+        if isinstance(error, SyntaxError) and error.lineno:
+            where = f"{path}:{error.lineno}"
+        hint = ""
+        if isinstance(error, ModuleNotFoundError):
+            hint = (" (trnsim serves `nki`, `neuronxcc.nki` and, under `python -m trnsim.run`, "
+                    "torch_xla/torch_neuronx; other packages must be installed)")
+        raise KernelFileError(f"{where}: loading the kernel file failed: "
+                              f"{type(error).__name__}: {error}{hint}") from None
+
+
+class KernelFileError(InvalidArgumentError):
+    """The kernel file itself failed to load (an import, a syntax error, its top-level code)."""
 
 
 def _find(path: str, base_dir: str | Path | None) -> str:
