@@ -76,3 +76,24 @@ def test_mx_matmul_contracts_4x_more_per_instruction_than_bf16(rng):
     assert len(mx_mm) == 1 and len(bf_mm) == 4
     assert mx_mm[0].busy_ns == pytest.approx(bf_mm[0].busy_ns)
     assert mx_mm[0].flops == sum(r.flops for r in bf_mm)
+
+
+def test_sbuf_tiles_are_freed_after_their_last_use_when_scopes_do_not_fit(rng):
+    """A chain of [128, 16384] fp32 tiles (64 KiB per partition each): five live to the end of
+    the kernel's scope exceed every core's SBUF; freed after their last use (the compiler's
+    liveness-based allocation, as the legacy front end does) at most two are live."""
+    from trnsim.nki.current import language as nl
+    from trnsim.nki.current import jit
+
+    @jit
+    def chain(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for _ in range(4):
+            t = nl.multiply(t, 2.0)
+        nl.store(out, t)
+        return out
+
+    x = rng.standard_normal((128, 16384)).astype(np.float32)
+    for target in TARGETS:
+        np.testing.assert_array_equal(on(chain, target)(x), x * 16.0)

@@ -168,18 +168,7 @@ class Kernel:
         """Trace with SBUF tiles freed when their loop iteration ends; if they do not fit,
         trace again freeing each after its last use (the compiler's liveness-based allocation;
         the last uses come from a trace with unbounded SBUF)."""
-        try:
-            return self._trace_with(bound, core)
-        except LimitExceededError as error:
-            if "sbuf allocation" not in str(error):
-                raise
-        probes: list[Trace] = []
-        # the probe only collects last uses; the real trace reports what does not fit
-        # the probe only collects last uses; the real trace reports what does not fit
-        with contextlib.suppress(LimitExceededError):
-            self._trace_with(bound, core, lambda i, t: (_overcommit_sbuf(t), probes.append(t)))
-        return self._trace_with(bound, core, lambda i, t: t.free_after_last_use(
-            probes[i].last_use if i < len(probes) else []))
+        return trace_fitting_sbuf(lambda prepare: self._trace_with(bound, core, prepare))
 
     def _trace_with(self, bound: inspect.BoundArguments, core, prepare=None) -> Traced:
         sizes, cores_per_dim = _grid_shape(self.grid)
@@ -225,6 +214,24 @@ class Kernel:
         written = set().union(*(t.written_inputs for t in traces))
         return Traced(programs, outputs, input_names, shared, structure, written)
 
+
+
+def trace_fitting_sbuf(trace_with: Callable):
+    """Trace (``trace_with(prepare)``, `prepare(i, trace)` called on each core's new trace) with
+    SBUF tiles freed when their loop iteration ends; if they do not fit, trace again freeing each
+    after its last use (the compiler's liveness-based allocation; the last uses come from a probe
+    trace with unbounded SBUF). Both NKI front ends trace through here."""
+    try:
+        return trace_with(None)
+    except LimitExceededError as error:
+        if "sbuf allocation" not in str(error):
+            raise
+    probes: list[Trace] = []
+    # the probe only collects last uses; the real trace reports what does not fit
+    with contextlib.suppress(LimitExceededError):
+        trace_with(lambda i, t: (_overcommit_sbuf(t), probes.append(t)))
+    return trace_with(lambda i, t: t.free_after_last_use(
+        probes[i].last_use if i < len(probes) else []))
 
 
 def _overcommit_sbuf(trace: Trace) -> None:

@@ -36,6 +36,7 @@ from trnsim.nki.jit import (
     _to_torch,
     bind_arguments,
     tile_arguments,
+    trace_fitting_sbuf,
 )
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import current_trace, tracing
@@ -146,9 +147,20 @@ class Traced:
 
 def trace_kernel(fn, arguments: dict, core, *, lnc: int = 1, grid: tuple = (), rank: int = 0,
                  ranks: int = 1) -> Traced:
+    """The kernel's programs; SBUF tiles that do not fit when freed at the end of their loop
+    iteration are freed after their last use instead (`trace_fitting_sbuf`)."""
+    return trace_fitting_sbuf(lambda prepare: _trace_once(fn, arguments, core, lnc, grid, rank,
+                                                          ranks, prepare))
+
+
+def _trace_once(fn, arguments: dict, core, lnc: int, grid: tuple, rank: int, ranks: int,
+                prepare) -> Traced:
     suffix = f"_r{rank}" if ranks > 1 else ""
     traces = [CurrentTrace(fn.__name__ + suffix + (f"_nc{c}" if lnc > 1 else ""), core,
                            program_id=c, grid=grid, rank=rank, ranks=ranks) for c in range(lnc)]
+    if prepare is not None:
+        for c, trace in enumerate(traces):
+            prepare(c, trace)
     outputs, structure, input_names, written = [], None, [], set()
     for c, trace in enumerate(traces):
         trace.shared_outputs = traces[0].shared_outputs
