@@ -55,6 +55,17 @@ class AccessPattern:
     def __hash__(self) -> int:
         return self._hash
 
+    def renamed(self, tensor: str) -> AccessPattern:
+        """The same pattern on another tensor (what `dataclasses.replace(ap, tensor=...)` gives,
+        without re-deriving what the name does not change: the lowering renames thousands)."""
+        new = object.__new__(AccessPattern)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields["tensor"] = tensor
+        fields["_hash"] = hash((self.memory, self.dtype, self.partitions, self.dims, self.offset,
+                                self.partition_start, self.partition_step, tensor))
+        return new
+
     # --- shape ---------------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:

@@ -10,7 +10,10 @@ one tensor per kernel result, and views that are strided access patterns into th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,9 +26,10 @@ from trnsim.compiler.kernel_ops import KERNEL_OPS
 from trnsim.compiler.lowering.hbm import reuse_internal_hbm
 from trnsim.compiler.lowering.lnc import Handover, Part, split_call, tiles_in, worth_splitting
 from trnsim.compiler.lowering.onchip import keep_on_chip
+from trnsim.compiler.lowering.replay import HbmIndex, Template
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError
-from trnsim.isa import AccessPattern, CoreBarrier, Memory, Program, operand_fields
+from trnsim.isa import CoreBarrier, Memory, Program
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -65,7 +69,23 @@ def lower(graph: Graph, core, *, name: str | None = None, lnc: int = 1) -> Lower
     """Trace every kernel of `graph` into one program for NeuronCore `core`; with `lnc=2`, into
     one program per physical core of a logical NeuronCore, each kernel split between them
     (`trnsim.compiler.lowering.lnc`)."""
-    return _Lowering(graph, core, name or graph.name, lnc).run()
+    with _collector_paused():
+        return _Lowering(graph, core, name or graph.name, lnc).run()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while lowering: a lowering allocates hundreds of thousands
+    of instructions and access patterns, none garbage, and each collection it triggers walks
+    every object of the process (a captured model's graph and weights included); on BERT-large
+    that doubled the first lowering's time. Cycles made meanwhile are collected afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Lowering:
@@ -83,8 +103,12 @@ class _Lowering:
         self.calls: list[KernelCall] = []
         self.output_ids = {id(n) for n in graph.outputs}
         self.users = graph.users()
-        # per core: kernel-call signature -> (first instruction, end, tensor names)
-        self.templates: list[dict] = [{} for _ in self.traces]
+        # per core: kernel-call signature -> its first call's instructions, to replay
+        self.templates: list[dict[tuple, Template]] = [{} for _ in self.traces]
+        # per core: the instructions touching HBM, filled call by call (`replay.HbmIndex`), and
+        # how many instructions the calls emitted (all of them, unless something else emitted)
+        self.hbm = [HbmIndex() for _ in self.traces]
+        self.emitted = [0 for _ in self.traces]
         self.write_through: dict[int, Tile] = {}  # copy-view node id -> buffer its producer filled
 
     def run(self) -> Lowered:
@@ -107,9 +131,12 @@ class _Lowering:
         inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
         programs = [trace.builder.program for trace in self.traces]
         if len(programs) == 1:
-            keep_on_chip(programs[0], self.trace.core)
-            reuse_internal_hbm(programs[0])
-            return Lowered(programs[0], inputs, outputs, self.calls)
+            program = programs[0]
+            index = self.hbm[0] if self.emitted[0] == len(program.instructions) else None
+            index = index or HbmIndex.of(program.instructions)
+            keep_on_chip(program, self.trace.core, index=index)
+            reuse_internal_hbm(program, index=index)
+            return Lowered(program, inputs, outputs, self.calls)
         # ASSUMPTION: under LNC=2 what crosses cores goes through HBM, and HBM buffers are not
         # reused (reuse across two instruction streams would need barriers of its own)
         for program in programs:
@@ -401,10 +428,7 @@ class _Lowering:
         templates = self.templates[core]
         template = templates.get(key)
         if template is not None:
-            first, end, template_names = template
-            rename = dict(zip(template_names, names, strict=True))
-            program.instructions.extend(_retarget(ins, rename, label, node.source)
-                                        for ins in program.instructions[first:end])
+            template.replay(names, label, node.source, program.instructions, self.hbm[core])
         else:
             trace.label, trace.source = label, node.source
             try:
@@ -415,8 +439,10 @@ class _Lowering:
                 raise error.at(node.source) from None
             finally:
                 trace.label = trace.source = None
-            templates[key] = (start, len(program.instructions), names)
-        return sum(i.flops() for i in program.instructions[start:])
+            template = templates[key] = Template(program.instructions[start:], names)
+            self.hbm[core].entries += [(start + i, slots) for i, slots in template.hbm]
+        self.emitted[core] += template.length
+        return template.flops
 
     def _output(self, node: Node, index: int) -> str:
         tile = self.tile(node) if node.op not in VIEWS else self.env[id(node)]
@@ -479,44 +505,6 @@ def _args_key(fn, args, kwargs, names: list[str]) -> tuple:
             tuple((k, describe(v)) for k, v in sorted(kwargs.items())))
 
 
-def _retarget(ins, rename: dict[str, str], label: str, source: str | None):
-    """A copy of a template instruction touching this call's HBM tensors."""
-    # a shallow copy with the swapped fields set: what dataclasses.replace gives (the only
-    # __post_init__ work, normalising `engine`, is already done) at a fraction of its cost;
-    # only the fields that may hold access patterns are looked at
-    cls = type(ins)
-    new = object.__new__(cls)
-    fields = new.__dict__
-    fields.update(ins.__dict__)
-    for name in operand_fields(cls):
-        if name in _KEPT_FIELDS:
-            continue
-        value = fields[name]
-        if isinstance(value, AccessPattern):
-            if value.memory is Memory.HBM and value.tensor in rename:
-                fields[name] = dataclasses.replace(value, tensor=rename[value.tensor])
-        elif isinstance(value, tuple):
-            swapped = _swap(value, rename)
-            if swapped is not value:
-                fields[name] = swapped
-    fields["source"] = source
-    fields["label"] = label
-    return new
-
-
-def _swap(value, rename: dict[str, str]):
-    """`value` with each HBM access pattern of a renamed tensor renamed (tuples searched)."""
-    if isinstance(value, AccessPattern):
-        if value.memory is Memory.HBM and value.tensor in rename:
-            return dataclasses.replace(value, tensor=rename[value.tensor])
-        return value
-    if isinstance(value, tuple):
-        swapped = tuple(_swap(v, rename) for v in value)
-        return value if all(a is b for a, b in zip(swapped, value, strict=True)) else swapped
-    return value
-
-
-_KEPT_FIELDS = frozenset({"source", "label", "engine"})
 
 
 def leaf_data(graph: Graph, node: Node, *, kn: bool = False, rank: int = 0) -> np.ndarray:

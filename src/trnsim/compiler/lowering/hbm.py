@@ -18,20 +18,21 @@ Straight-line programs only: a program with control flow keeps one buffer per te
 
 from __future__ import annotations
 
-import dataclasses
-
-from trnsim.compiler.lowering.onchip import live_ranges
-from trnsim.isa import AccessPattern, Memory, Program, TensorDecl
+from trnsim.compiler.lowering.onchip import has_control_flow, live_ranges
+from trnsim.compiler.lowering.replay import HbmIndex
+from trnsim.isa import Program, TensorDecl
 from trnsim.numerics import dtype as as_dtype
 
 SLOT_PREFIX = "hbm_slot"
 
 
-def reuse_internal_hbm(program: Program) -> dict[str, str]:
-    """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot."""
-    if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
+def reuse_internal_hbm(program: Program, index: HbmIndex | None = None) -> dict[str, str]:
+    """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot.
+    `index`: the program's HBM operand index, if the lowering kept one."""
+    if has_control_flow(program):
         return {}
-    ranges = {name: span for name, span in live_ranges(program).items()
+    index = index or HbmIndex.of(program.instructions)
+    ranges = {name: span for name, span in live_ranges(program, index).items()
               if not program.tensors[name].on_chip}  # on-chip tensors take no HBM
     first = {name: span[0] for name, span in ranges.items()}
     last = {name: span[1] for name, span in ranges.items()}
@@ -65,20 +66,5 @@ def reuse_internal_hbm(program: Program) -> dict[str, str]:
     for slot, nbytes in enumerate(slots):
         name = f"{SLOT_PREFIX}{slot}"
         program.tensors[name] = TensorDecl(name, (nbytes,), as_dtype("uint8"), "internal")
-    program.instructions[:] = [_retarget(ins, rename) for ins in program.instructions]
+    index.rename(program.instructions, rename)
     return rename
-
-
-def _retarget(ins, rename: dict[str, str]):
-    changes = {}
-    for f in dataclasses.fields(ins):
-        value = getattr(ins, f.name)
-        if isinstance(value, AccessPattern):
-            if value.memory is Memory.HBM and value.tensor in rename:
-                changes[f.name] = dataclasses.replace(value, tensor=rename[value.tensor])
-        elif isinstance(value, tuple) and any(isinstance(v, AccessPattern) for v in value):
-            changes[f.name] = tuple(
-                dataclasses.replace(v, tensor=rename[v.tensor])
-                if isinstance(v, AccessPattern) and v.memory is Memory.HBM and v.tensor in rename
-                else v for v in value)
-    return dataclasses.replace(ins, **changes) if changes else ins

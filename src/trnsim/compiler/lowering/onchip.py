@@ -22,22 +22,26 @@ from __future__ import annotations
 
 import dataclasses
 
-from trnsim.isa import AccessPattern, Memory, Program, operand_fields
+from trnsim.compiler.lowering.replay import HbmIndex, hbm_operands
+from trnsim.isa import Program
 
 
-def keep_on_chip(program: Program, core, *, exclude=frozenset(), partial: bool = False) -> list[str]:
+def keep_on_chip(program: Program, core, *, exclude=frozenset(), partial: bool = False,
+                 index: HbmIndex | None = None) -> list[str]:
     """Mark the internal tensors kept in SBUF (in place); returns their names.
 
     `exclude`: tensors that must stay in HBM (another core reads them). `partial`: the program
     may touch only part of a tensor (its core's share under LNC=2), so a tensor takes the bytes
-    between the first and last it touches rather than all of them."""
-    if any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions):
+    between the first and last it touches rather than all of them. `index`: the program's
+    HBM operand index, if the lowering kept one (else it is built here)."""
+    if has_control_flow(program):
         return []
     budget = core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition
     if budget <= 0:
         return []
-    ranges = live_ranges(program)
-    spans = touched_bytes(program) if partial else {}
+    index = index or HbmIndex.of(program.instructions)
+    ranges = live_ranges(program, index)
+    spans = touched_bytes(program, index) if partial else {}
     kept: list[tuple[int, int, int]] = []  # (first, last, bytes per partition)
     names: list[str] = []
     for name in sorted(ranges, key=lambda n: (ranges[n][0], n)):
@@ -64,23 +68,23 @@ def footprint(nbytes: int, partitions: int) -> int:
     return -(-nbytes // (4 * partitions)) * 4
 
 
-def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
+def has_control_flow(program: Program) -> bool:
+    """Live ranges in program order hold for straight-line programs only."""
+    return any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions)
+
+
+def live_ranges(program: Program, index: HbmIndex | None = None) -> dict[str, tuple[int, int]]:
     """(first, last) instruction index touching each internal tensor."""
     internal = {name for name, t in program.tensors.items() if t.kind == "internal"}
-    ranges: dict[str, tuple[int, int]] = {}
-    for index, ins in enumerate(program.instructions):
-        for ap in _hbm_operands(ins):
-            if ap.tensor in internal:
-                first = ranges.get(ap.tensor, (index, index))[0]
-                ranges[ap.tensor] = (first, index)
-    return ranges
+    index = index or HbmIndex.of(program.instructions)
+    return index.live_ranges(program.instructions, internal)
 
 
-def touched_bytes(program: Program) -> dict[str, tuple[int, int]]:
+def touched_bytes(program: Program, index: HbmIndex) -> dict[str, tuple[int, int]]:
     """Per HBM tensor, the span of bytes [first, last + 1) the program touches."""
     spans: dict[str, tuple[int, int]] = {}
-    for ins in program.instructions:
-        for ap in _hbm_operands(ins):
+    for i, slots in index.entries:
+        for ap in hbm_operands(program.instructions[i], slots):
             start, end = ap.byte_span()
             known = spans.get(ap.tensor, (start, end))
             spans[ap.tensor] = (min(known[0], start), max(known[1], end))
@@ -92,19 +96,6 @@ def _peak(kept: list[tuple[int, int, int]], first: int, last: int) -> int:
     overlapping = [(a, b, n) for a, b, n in kept if a <= last and b >= first]
     points = sorted({max(a, first) for a, _, _ in overlapping} | {first})
     return max((sum(n for a, b, n in overlapping if a <= p <= b) for p in points), default=0)
-
-
-def _hbm_operands(ins):
-    fields = ins.__dict__
-    for name in operand_fields(type(ins)):
-        value = fields[name]
-        if isinstance(value, AccessPattern):
-            if value.memory is Memory.HBM:
-                yield value
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, AccessPattern) and item.memory is Memory.HBM:
-                    yield item
 
 
 def cache_weights(program: Program, core) -> Program:
