@@ -393,6 +393,11 @@ def _checked_slice(part: slice, size: int) -> tuple[int, int, int, Exception | N
     NKI compiler reports an out-of-bounds access; clipping would return fewer elements). A stop
     past the end is returned as the error to raise unless a mask bounds the access (public
     kernels slice a whole tile and mask the rows past a tensor's end)."""
+    start, stop, step = part.start, part.stop, part.step
+    if (start is None or (type(start) is int and -size <= start <= size)) \
+            and (stop is None or (type(stop) is int and -size <= stop <= size)) \
+            and (step is None or (type(step) is int and step != 0)):
+        return (*part.indices(size), None)  # plain in-bounds integers: nothing to refuse
     for what, value in (("start", part.start), ("stop", part.stop), ("step", part.step)):
         if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")):
             raise _at_user(InvalidArgumentError(f"slice {what} {value!r} is not an integer"))

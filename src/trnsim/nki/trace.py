@@ -213,7 +213,9 @@ class Trace:
         self.written_inputs: set[str] = set()  # kernel arguments the kernel writes
         self._written_onchip: set[str] = set()  # SBUF/PSUM tiles some instruction has written
         self._warned: set[tuple] = set()
-        self._psum_spans: dict[str, list] = {}  # PSUM byte ranges written, per tile
+        # PSUM rectangles written, per tile (a dict as an ordered set: a kernel writes the
+        # same rectangles of its rotating PSUM tiles over and over)
+        self._psum_spans: dict[str, dict[tuple[int, int, int, int], None]] = {}
         # SBUF liveness (see `free_after_last_use`): per automatically allocated SBUF tile, in
         # allocation order, the last nl/nisa call whose instructions touched it (calls are
         # counted, not instructions: staging copies may differ between traces, calls do not)
@@ -341,7 +343,7 @@ class Trace:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
             if ap.memory is Memory.PSUM:
-                self._psum_spans.setdefault(ap.tensor, []).append(_span(ap))
+                self._psum_spans.setdefault(ap.tensor, {})[_span(ap)] = None
 
     def _note_sbuf_uses(self, instruction: Instruction) -> None:
         """Record the current call as the latest use of the SBUF tiles the instruction touches."""
@@ -357,7 +359,10 @@ class Trace:
         "first write overwrites, subsequent writes accumulate".)"""
         ap = tile.access()
         span = _span(ap)
-        return any(_overlap(span, other) for other in self._psum_spans.get(ap.tensor, ()))
+        written = self._psum_spans.get(ap.tensor, {})
+        if span in written and _overlap(span, span):  # the common case: the same rectangle again
+            return True
+        return any(_overlap(span, other) for other in written)
 
     # --- assignment -----------------------------------------------------------------------------
     def assign(self, dst: Tile, value) -> None:
