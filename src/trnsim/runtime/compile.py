@@ -15,6 +15,7 @@ from typing import Any
 from trnsim import hardware
 from trnsim.compiler.cache import PROGRAM_CODE, REPORT_CODE, cache_dir, code_digest, write_json
 from trnsim.hardware.spec import fingerprint
+from trnsim.runtime import trace_cache
 from trnsim.runtime.cores import visible_cores
 from trnsim.runtime.model import CompiledModel
 
@@ -59,8 +60,16 @@ def trace(model: Any, example_inputs: Any, *, instance: Any = "inf2.xlarge", cor
         options = replace(options, cores=options.pipeline_cores)
     physical_cores(options)  # an LNC the chip does not have is an error, before anything else
     visible = visible_cores(spec.logical_cores(options.lnc), spec.name)
-    plan = compile(model, example_inputs, options, kwargs=kwargs, visible=visible,
-                   workdir=workdir)
+    def compile_now():
+        return compile(model, example_inputs, options, kwargs=kwargs, visible=visible,
+                       workdir=workdir)
+
+    key = trace_cache.trace_key(model, example_inputs, kwargs, options, visible, workdir)
+    plan = trace_cache.load(key, compile_now) if key else None
+    if plan is None:
+        plan = compile_now()
+        if key:
+            trace_cache.store(key, plan)
     compiled = CompiledModel(plan, options.key())
     compiled.instance_spec = spec  # resolved once, here
     return compiled
