@@ -211,9 +211,8 @@ def _plain_attributes(module) -> list:
     for name, value in sorted(vars(module).items()):
         if name.startswith("_") or name == "training":
             continue
-        if isinstance(value, _PLAIN):
-            out.append((name, repr(value)))
-        elif isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
+        if isinstance(value, _PLAIN) or (isinstance(value, (tuple, list))
+                                         and all(isinstance(v, _PLAIN) for v in value)):
             out.append((name, repr(value)))
     return out
 
