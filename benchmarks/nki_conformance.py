@@ -20,12 +20,12 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TRNSIM_SRC = Path(__file__).resolve().parents[1] / "src"
@@ -91,23 +91,17 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
         cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-v", "-p", "no:cacheprovider",
                f"--junitxml={report}", str(path), *extra_args]
         start = time.perf_counter()
-        cpu_before = _children_cpu()
-        try:
-            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=timeout_s)
-            partial = None
-        except subprocess.TimeoutExpired as expired:
-            proc, partial = None, expired.stdout or ""
-            partial = partial.decode() if isinstance(partial, bytes) else partial
+        output, cpu_seconds, timed_out = _run_measured(cmd, cwd, env, Path(tmp) / "out.txt",
+                                                       timeout_s)
         seconds = round(time.perf_counter() - start, 1)
         result = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "seconds": seconds,
-                  "cpu_seconds": round(_children_cpu() - cpu_before, 1),
-                  "failures": [], "excluded": []}
+                  "cpu_seconds": round(cpu_seconds, 1), "failures": [], "excluded": []}
+        partial = output if timed_out else None
         if partial is not None:
             return _timed_out(result, partial, timeout_s)
         if not report.exists():
             result["errors"] = 1
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            tail = output.strip().splitlines()[-3:]
             result["failures"].append({"test": "<file>", "reason": " | ".join(tail)[:300]})
             return result
         for case in ET.parse(report).getroot().iter("testcase"):
@@ -134,9 +128,27 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
         return result
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _run_measured(cmd: list[str], cwd: Path, env: dict, out: Path,
+                  timeout_s: float) -> tuple[str, float, bool]:
+    """Run cmd; return its output, the CPU seconds it used (its own rusage, exact while other
+    files run alongside) and whether it was killed at the timeout."""
+    with out.open("w") as sink:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                text=True)
+        deadline = time.perf_counter() + timeout_s
+        timed_out = False
+        while True:
+            pid, _status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _pid, _status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.2)
+        proc.returncode = 0  # reaped above; keeps Popen from waiting for it again
+    return out.read_text(errors="replace"), usage.ru_utime + usage.ru_stime, timed_out
 
 
 def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
@@ -155,14 +167,25 @@ def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
     return result
 
 
-def run_suite(suite: str, files: list[Path], cwd: Path, extra_args: list[str],
-              pythonpath: list[Path], timeout_s: float) -> dict:
-    per_file = {}
-    for path in files:
-        per_file[path.name] = run_file(suite, path, cwd, extra_args, pythonpath, timeout_s)
-        print(f"{suite} {path.name}: {per_file[path.name]['passed']} passed, "
-              f"{per_file[path.name]['failed']} failed, {per_file[path.name]['errors']} errors "
-              f"({per_file[path.name]['seconds']} s)", file=sys.stderr)
+def run_all(jobs: list[tuple], timeout_s: float, workers: int) -> dict[tuple[str, str], dict]:
+    """Run every (suite, file, cwd, extra_args, pythonpath) job, `workers` test processes at a
+    time, largest file first (the file's size stands in for its running time, so the long
+    ones do not start last)."""
+    ordered = sorted(jobs, key=lambda job: job[1].stat().st_size, reverse=True)
+
+    def one(job) -> tuple[tuple[str, str], dict]:
+        suite, path, cwd, extra, pythonpath = job
+        result = run_file(suite, path, cwd, extra, pythonpath, timeout_s)
+        print(f"{suite} {path.name}: {result['passed']} passed, {result['failed']} failed, "
+              f"{result['errors']} errors ({result['seconds']} s)", file=sys.stderr)
+        return (suite, path.name), result
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return dict(pool.map(one, ordered))
+
+
+def summarise(per_file: dict[str, dict]) -> dict:
+    per_file = dict(sorted(per_file.items()))
     totals = {key: sum(r[key] for r in per_file.values())
               for key in ("passed", "failed", "errors", "skipped")}
     totals["excluded"] = sum(len(r["excluded"]) for r in per_file.values())
@@ -179,26 +202,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("samples", type=Path, help="checkout of aws-neuron/nki-samples")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test file")
     parser.add_argument("--only", default="", help="run only files whose name contains this")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="test files run at once, each in its own process (default 2)")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
     docs_dir = args.sdk / "nki" / "test"
     samples_dir = args.samples / "test" / "unit"
-    suites = {}
+    jobs = []
     for suite, directory, extra, path in (
             ("documentation", docs_dir, [], [TRNSIM_SRC, docs_dir]),
             ("nki-samples", samples_dir, ["--simulation-only"],
              [TRNSIM_SRC, args.samples / "src"])):
         if not directory.is_dir():
             parser.error(f"{directory} is not a directory")
-        files = sorted(p for p in directory.glob("test_*.py") if args.only in p.name)
-        suites[suite] = run_suite(suite, files, directory, extra, path, args.timeout)
+        jobs += [(suite, p, directory, extra, path) for p in sorted(directory.glob("test_*.py"))
+                 if args.only in p.name]
+    results = run_all(jobs, args.timeout, args.workers)
+    suites = {suite: summarise({name: r for (s, name), r in results.items() if s == suite})
+              for suite in ("documentation", "nki-samples")}
     print(json.dumps({
         "command": "python benchmarks/nki_conformance.py " + " ".join(
             str(a) for a in (argv if argv is not None else sys.argv[1:])),
         "sdk": str(args.sdk), "samples": str(args.samples),
         "suites": suites,
         "totals": {name: s["totals"] for name, s in suites.items()},
+        "workers": args.workers,
         "wall_seconds": round(time.perf_counter() - start, 1),
     }, indent=1))
 
