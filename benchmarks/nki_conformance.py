@@ -86,6 +86,9 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
         # cost more than the tile-sized matmuls they split
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
+        # the suites use only their own conftest: pytest plugins installed alongside trnsim (its
+        # test extra's hypothesis) would add ~1.5 CPU s of import and assertion rewriting per file
+        env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
         env["PYTHONPATH"] = os.pathsep.join(
             [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-v", "-p", "no:cacheprovider",
