@@ -230,3 +230,21 @@ def test_a_placement_inside_a_loop_body_keeps_its_first_iterations_address(rng):
         return out
 
     np.testing.assert_allclose(advancing(x), 2 * x, rtol=1e-6)
+
+
+def test_a_shared_constant_is_an_hbm_tensor_in_the_dtype_asked_for(rng):
+    # allocated SD attention: nl.shared_constant(np.identity(128, dtype=np.int8),
+    # dtype=nl.bfloat16), loaded and used as a TensorE identity
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def through_identity(a):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        identity = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=nl.bfloat16)
+        eye = nl.load(identity)
+        moved = nl.load(a, dtype=nl.bfloat16)
+        nl.store(out, value=nl.copy(nisa.nc_matmul(eye, moved), dtype=nl.float32))
+        return out
+
+    expected = x.astype(nl.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(through_identity(x), expected)
