@@ -1,10 +1,11 @@
 """Do public NKI kernels run unmodified under trnsim? Conformance over AWS's own test suites.
 
-Runs, file by file, the Neuron documentation's NKI API tests (`nki/test/` of a checkout of
+Runs the Neuron documentation's NKI API tests (`nki/test/` of a checkout of
 aws-neuron/aws-neuron-sdk) and nki-samples' unit tests (`test/unit/` of a checkout of
-aws-neuron/nki-samples, with `--simulation-only` as its CI runs them), each under
-`python -m trnsim.run -m pytest` in a subprocess with a timeout, and prints JSON: per file the
-passed / failed / error counts with the first line of each failure, and per suite the totals.
+aws-neuron/nki-samples, with `--simulation-only` as its CI runs them) under
+`python -m trnsim.run -m pytest`, a few tests of one file to a subprocess (with a timeout), two
+subprocesses at a time, and prints JSON: per file the passed / failed / error counts with the
+first line of each failure and the CPU seconds, per suite the totals, and the run's wall time.
 
     PYTHONPATH=src python benchmarks/nki_conformance.py /work/ext/aws-neuron-sdk /work/ext/nki-samples
 
@@ -76,23 +77,44 @@ def first_line(text: str) -> str:
     return (lines[-1] if lines else "").strip()[:300]
 
 
+def _env(pythonpath: list[Path]) -> dict:
+    env = dict(os.environ)
+    # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
+    # cost more than the tile-sized matmuls they split
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # the suites use only their own conftest: pytest plugins installed alongside trnsim (its
+    # test extra's hypothesis) would add ~1.5 CPU s of import and assertion rewriting per file
+    env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def collect(files: list[Path], cwd: Path, extra_args: list[str],
+            pythonpath: list[Path]) -> dict[str, list[str]]:
+    """The test ids pytest selects in each file (one collection run for a whole suite). A file
+    that fails to collect gets none and later runs whole, so its error is reported."""
+    cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "--collect-only", "-q",
+           "-p", "no:cacheprovider", *(str(p) for p in files), *extra_args]
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(pythonpath), capture_output=True, text=True,
+                          timeout=600)
+    ids: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        if "::" in line and not line.startswith(" "):
+            ids.setdefault(line.split("::", 1)[0], []).append(line.strip())
+    return ids
+
+
 def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpath: list[Path],
-             timeout_s: float) -> dict:
-    """Run one test file under trnsim; count outcomes from pytest's junit XML."""
+             timeout_s: float, tests: list[str] | None = None) -> dict:
+    """Run one test file (or the given tests of it) under trnsim; count outcomes from pytest's
+    junit XML."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = dict(os.environ)
-        # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
-        # cost more than the tile-sized matmuls they split
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        # the suites use only their own conftest: pytest plugins installed alongside trnsim (its
-        # test extra's hypothesis) would add ~1.5 CPU s of import and assertion rewriting per file
-        env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = _env(pythonpath)
         cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-v", "-p", "no:cacheprovider",
-               f"--junitxml={report}", str(path), *extra_args]
+               f"--junitxml={report}", *(tests or [str(path)]), *extra_args]
         start = time.perf_counter()
         output, cpu_seconds, timed_out = _run_measured(cmd, cwd, env, Path(tmp) / "out.txt",
                                                        timeout_s)
@@ -170,21 +192,39 @@ def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
     return result
 
 
-def run_all(jobs: list[tuple], timeout_s: float, workers: int) -> dict[tuple[str, str], dict]:
-    """Run every (suite, file, cwd, extra_args, pythonpath) job, `workers` test processes at a
-    time, largest file first (the file's size stands in for its running time, so the long
-    ones do not start last)."""
-    ordered = sorted(jobs, key=lambda job: job[1].stat().st_size, reverse=True)
+def run_all(jobs: list[tuple], timeout_s: float, workers: int,
+            per_process: int) -> dict[tuple[str, str], dict]:
+    """Run every (suite, file, cwd, extra_args, pythonpath, test ids) job, `workers` test
+    processes at a time, at most `per_process` tests to a process (so one file's long tests
+    spread over the workers), largest file first (its size standing in for its running time,
+    so the long ones do not start last). Returns the outcomes per (suite, file name)."""
+    chunks = []
+    for suite, path, cwd, extra, pythonpath, ids in sorted(
+            jobs, key=lambda job: job[1].stat().st_size, reverse=True):
+        groups = [ids[i:i + per_process] for i in range(0, len(ids), per_process)] if ids \
+            else [None]
+        chunks += [(suite, path, cwd, extra, pythonpath, group) for group in groups]
 
-    def one(job) -> tuple[tuple[str, str], dict]:
-        suite, path, cwd, extra, pythonpath = job
-        result = run_file(suite, path, cwd, extra, pythonpath, timeout_s)
-        print(f"{suite} {path.name}: {result['passed']} passed, {result['failed']} failed, "
-              f"{result['errors']} errors ({result['seconds']} s)", file=sys.stderr)
+    def one(chunk) -> tuple[tuple[str, str], dict]:
+        suite, path, cwd, extra, pythonpath, group = chunk
+        result = run_file(suite, path, cwd, extra, pythonpath, timeout_s, group)
+        print(f"{suite} {path.name} ({len(group) if group else 'all'} tests): "
+              f"{result['passed']} passed, {result['failed']} failed, {result['errors']} errors "
+              f"({result['seconds']} s)", file=sys.stderr)
         return (suite, path.name), result
 
+    merged: dict[tuple[str, str], dict] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(pool.map(one, ordered))
+        for key, result in pool.map(one, chunks):
+            if key not in merged:
+                merged[key] = result
+                continue
+            total = merged[key]
+            for field in ("passed", "failed", "errors", "skipped", "seconds", "cpu_seconds"):
+                total[field] = round(total[field] + result[field], 1)
+            total["failures"] += result["failures"]
+            total["excluded"] += result["excluded"]
+    return merged
 
 
 def summarise(per_file: dict[str, dict]) -> dict:
@@ -203,10 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sdk", type=Path, help="checkout of aws-neuron/aws-neuron-sdk")
     parser.add_argument("samples", type=Path, help="checkout of aws-neuron/nki-samples")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test file")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds per test process")
     parser.add_argument("--only", default="", help="run only files whose name contains this")
     parser.add_argument("--workers", type=int, default=2,
-                        help="test files run at once, each in its own process (default 2)")
+                        help="test processes run at once (default 2)")
+    parser.add_argument("--tests-per-process", type=int, default=4,
+                        help="a file's tests are split into processes of at most this many")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -219,9 +262,10 @@ def main(argv: list[str] | None = None) -> None:
              [TRNSIM_SRC, args.samples / "src"])):
         if not directory.is_dir():
             parser.error(f"{directory} is not a directory")
-        jobs += [(suite, p, directory, extra, path) for p in sorted(directory.glob("test_*.py"))
-                 if args.only in p.name]
-    results = run_all(jobs, args.timeout, args.workers)
+        files = [p for p in sorted(directory.glob("test_*.py")) if args.only in p.name]
+        ids = collect(files, directory, extra, path) if files else {}
+        jobs += [(suite, p, directory, extra, path, ids.get(p.name)) for p in files]
+    results = run_all(jobs, args.timeout, args.workers, max(1, args.tests_per_process))
     suites = {suite: summarise({name: r for (s, name), r in results.items() if s == suite})
               for suite in ("documentation", "nki-samples")}
     print(json.dumps({
@@ -230,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         "sdk": str(args.sdk), "samples": str(args.samples),
         "suites": suites,
         "totals": {name: s["totals"] for name, s in suites.items()},
-        "workers": args.workers,
+        "workers": args.workers, "tests_per_process": args.tests_per_process,
         "wall_seconds": round(time.perf_counter() - start, 1),
     }, indent=1))
 
