@@ -1,10 +1,11 @@
 """Do public NKI kernels run unmodified under trnsim? Conformance over AWS's own test suites.
 
-Runs, file by file, the Neuron documentation's NKI API tests (`nki/test/` of a checkout of
+Runs the Neuron documentation's NKI API tests (`nki/test/` of a checkout of
 aws-neuron/aws-neuron-sdk) and nki-samples' unit tests (`test/unit/` of a checkout of
-aws-neuron/nki-samples, with `--simulation-only` as its CI runs them), each under
-`python -m trnsim.run -m pytest` in a subprocess with a timeout, and prints JSON: per file the
-passed / failed / error counts with the first line of each failure, and per suite the totals.
+aws-neuron/nki-samples, with `--simulation-only` as its CI runs them) under
+`python -m trnsim.run -m pytest`, a few tests of one file to a subprocess (with a timeout), two
+subprocesses at a time, and prints JSON: per file the passed / failed / error counts with the
+first line of each failure and the CPU seconds, per suite the totals, and the run's wall time.
 
     PYTHONPATH=src python benchmarks/nki_conformance.py /work/ext/aws-neuron-sdk /work/ext/nki-samples
 
@@ -20,12 +21,12 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TRNSIM_SRC = Path(__file__).resolve().parents[1] / "src"
@@ -76,38 +77,56 @@ def first_line(text: str) -> str:
     return (lines[-1] if lines else "").strip()[:300]
 
 
+def _env(pythonpath: list[Path]) -> dict:
+    env = dict(os.environ)
+    # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
+    # cost more than the tile-sized matmuls they split
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # the suites use only their own conftest: pytest plugins installed alongside trnsim (its
+    # test extra's hypothesis) would add ~1.5 CPU s of import and assertion rewriting per file
+    env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def collect(files: list[Path], cwd: Path, extra_args: list[str],
+            pythonpath: list[Path]) -> dict[str, list[str]]:
+    """The test ids pytest selects in each file (one collection run for a whole suite). A file
+    that fails to collect gets none and later runs whole, so its error is reported."""
+    cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "--collect-only", "-q",
+           "-p", "no:cacheprovider", *(str(p) for p in files), *extra_args]
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(pythonpath), capture_output=True, text=True,
+                          timeout=600)
+    ids: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        if "::" in line and not line.startswith(" "):
+            ids.setdefault(line.split("::", 1)[0], []).append(line.strip())
+    return ids
+
+
 def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpath: list[Path],
-             timeout_s: float) -> dict:
-    """Run one test file under trnsim; count outcomes from pytest's junit XML."""
+             timeout_s: float, tests: list[str] | None = None) -> dict:
+    """Run one test file (or the given tests of it) under trnsim; count outcomes from pytest's
+    junit XML."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
-        env = dict(os.environ)
-        # one BLAS thread per test process: on a shared machine OpenBLAS's spinning worker threads
-        # cost more than the tile-sized matmuls they split
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = _env(pythonpath)
         cmd = [sys.executable, "-m", "trnsim.run", "-m", "pytest", "-v", "-p", "no:cacheprovider",
-               f"--junitxml={report}", str(path), *extra_args]
+               f"--junitxml={report}", *(tests or [str(path)]), *extra_args]
         start = time.perf_counter()
-        cpu_before = _children_cpu()
-        try:
-            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=timeout_s)
-            partial = None
-        except subprocess.TimeoutExpired as expired:
-            proc, partial = None, expired.stdout or ""
-            partial = partial.decode() if isinstance(partial, bytes) else partial
+        output, cpu_seconds, timed_out = _run_measured(cmd, cwd, env, Path(tmp) / "out.txt",
+                                                       timeout_s)
         seconds = round(time.perf_counter() - start, 1)
         result = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "seconds": seconds,
-                  "cpu_seconds": round(_children_cpu() - cpu_before, 1),
-                  "failures": [], "excluded": []}
+                  "cpu_seconds": round(cpu_seconds, 1), "failures": [], "excluded": []}
+        partial = output if timed_out else None
         if partial is not None:
             return _timed_out(result, partial, timeout_s)
         if not report.exists():
             result["errors"] = 1
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            tail = output.strip().splitlines()[-3:]
             result["failures"].append({"test": "<file>", "reason": " | ".join(tail)[:300]})
             return result
         for case in ET.parse(report).getroot().iter("testcase"):
@@ -134,9 +153,27 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
         return result
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _run_measured(cmd: list[str], cwd: Path, env: dict, out: Path,
+                  timeout_s: float) -> tuple[str, float, bool]:
+    """Run cmd; return its output, the CPU seconds it used (its own rusage, exact while other
+    files run alongside) and whether it was killed at the timeout."""
+    with out.open("w") as sink:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                text=True)
+        deadline = time.perf_counter() + timeout_s
+        timed_out = False
+        while True:
+            pid, _status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _pid, _status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.2)
+        proc.returncode = 0  # reaped above; keeps Popen from waiting for it again
+    return out.read_text(errors="replace"), usage.ru_utime + usage.ru_stime, timed_out
 
 
 def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
@@ -155,14 +192,43 @@ def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
     return result
 
 
-def run_suite(suite: str, files: list[Path], cwd: Path, extra_args: list[str],
-              pythonpath: list[Path], timeout_s: float) -> dict:
-    per_file = {}
-    for path in files:
-        per_file[path.name] = run_file(suite, path, cwd, extra_args, pythonpath, timeout_s)
-        print(f"{suite} {path.name}: {per_file[path.name]['passed']} passed, "
-              f"{per_file[path.name]['failed']} failed, {per_file[path.name]['errors']} errors "
-              f"({per_file[path.name]['seconds']} s)", file=sys.stderr)
+def run_all(jobs: list[tuple], timeout_s: float, workers: int,
+            per_process: int) -> dict[tuple[str, str], dict]:
+    """Run every (suite, file, cwd, extra_args, pythonpath, test ids) job, `workers` test
+    processes at a time, at most `per_process` tests to a process (so one file's long tests
+    spread over the workers), largest file first (its size standing in for its running time,
+    so the long ones do not start last). Returns the outcomes per (suite, file name)."""
+    chunks = []
+    for suite, path, cwd, extra, pythonpath, ids in sorted(
+            jobs, key=lambda job: job[1].stat().st_size, reverse=True):
+        groups = [ids[i:i + per_process] for i in range(0, len(ids), per_process)] if ids \
+            else [None]
+        chunks += [(suite, path, cwd, extra, pythonpath, group) for group in groups]
+
+    def one(chunk) -> tuple[tuple[str, str], dict]:
+        suite, path, cwd, extra, pythonpath, group = chunk
+        result = run_file(suite, path, cwd, extra, pythonpath, timeout_s, group)
+        print(f"{suite} {path.name} ({len(group) if group else 'all'} tests): "
+              f"{result['passed']} passed, {result['failed']} failed, {result['errors']} errors "
+              f"({result['seconds']} s)", file=sys.stderr)
+        return (suite, path.name), result
+
+    merged: dict[tuple[str, str], dict] = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for key, result in pool.map(one, chunks):
+            if key not in merged:
+                merged[key] = result
+                continue
+            total = merged[key]
+            for field in ("passed", "failed", "errors", "skipped", "seconds", "cpu_seconds"):
+                total[field] = round(total[field] + result[field], 1)
+            total["failures"] += result["failures"]
+            total["excluded"] += result["excluded"]
+    return merged
+
+
+def summarise(per_file: dict[str, dict]) -> dict:
+    per_file = dict(sorted(per_file.items()))
     totals = {key: sum(r[key] for r in per_file.values())
               for key in ("passed", "failed", "errors", "skipped")}
     totals["excluded"] = sum(len(r["excluded"]) for r in per_file.values())
@@ -177,28 +243,38 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sdk", type=Path, help="checkout of aws-neuron/aws-neuron-sdk")
     parser.add_argument("samples", type=Path, help="checkout of aws-neuron/nki-samples")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test file")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds per test process")
     parser.add_argument("--only", default="", help="run only files whose name contains this")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="test processes run at once (default 2)")
+    parser.add_argument("--tests-per-process", type=int, default=4,
+                        help="a file's tests are split into processes of at most this many")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
     docs_dir = args.sdk / "nki" / "test"
     samples_dir = args.samples / "test" / "unit"
-    suites = {}
+    jobs = []
     for suite, directory, extra, path in (
             ("documentation", docs_dir, [], [TRNSIM_SRC, docs_dir]),
             ("nki-samples", samples_dir, ["--simulation-only"],
              [TRNSIM_SRC, args.samples / "src"])):
         if not directory.is_dir():
             parser.error(f"{directory} is not a directory")
-        files = sorted(p for p in directory.glob("test_*.py") if args.only in p.name)
-        suites[suite] = run_suite(suite, files, directory, extra, path, args.timeout)
+        files = [p for p in sorted(directory.glob("test_*.py")) if args.only in p.name]
+        ids = collect(files, directory, extra, path) if files else {}
+        jobs += [(suite, p, directory, extra, path, ids.get(p.name)) for p in files]
+    results = run_all(jobs, args.timeout, args.workers, max(1, args.tests_per_process))
+    suites = {suite: summarise({name: r for (s, name), r in results.items() if s == suite})
+              for suite in ("documentation", "nki-samples")}
     print(json.dumps({
         "command": "python benchmarks/nki_conformance.py " + " ".join(
             str(a) for a in (argv if argv is not None else sys.argv[1:])),
         "sdk": str(args.sdk), "samples": str(args.samples),
         "suites": suites,
         "totals": {name: s["totals"] for name, s in suites.items()},
+        "workers": args.workers, "tests_per_process": args.tests_per_process,
         "wall_seconds": round(time.perf_counter() - start, 1),
     }, indent=1))
 

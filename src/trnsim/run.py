@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
             compat.install("nki")
     xla_api.install_on_import()
     tensorboard.install_on_import()  # the script's SummaryWriters also get trnsim's step figures
-    xla_api.register_device()  # before any backward: autograd sizes its device queues once
+    # before any backward (autograd sizes its device queues once), at the script's import torch
+    xla_api.register_device_on_import()
     if argv[0] == "-m":
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

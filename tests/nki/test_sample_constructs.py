@@ -159,5 +159,92 @@ def test_an_allocation_function_is_called_by_keyword_per_block(rng):
         return out
 
     np.testing.assert_allclose(banks(x, {(0,): 3, (1,): 4}), 3 * x, rtol=1e-6)
-    with pytest.raises(UnsupportedError, match=r"block \(1,\) at byte 10240, not 8192"):
-        banks(x, {(0,): 3, (1,): 5})  # blocks apart: not a strided view
+
+
+def test_an_allocation_function_may_spread_blocks_across_banks(rng):
+    # allocated SD attention: blocks (0,) and (1,) in banks 1 and 5 ("avoid bank collision");
+    # a tile in bank 2, between them (where a packed second block would land), keeps its values
+    import functools
+
+    x = rng.standard_normal((2, 128, 512)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(np.float32)
+
+    def psum_addr(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    @nki.jit
+    def spread(a, b, bank_map):
+        out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        between = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32,
+                             buffer=ncc.psum.mod_alloc(base_bank=2))
+        between[...] = nl.multiply(nl.load(b), 2.0)
+        staged = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32,
+                            buffer=ncc.psum.alloc(functools.partial(psum_addr, bank_map=bank_map)))
+        for m in nl.affine_range(2):
+            staged[m] = nl.multiply(nl.load(a[m]), 3.0)
+        for m in nl.affine_range(2):
+            nl.store(out[m], value=nl.copy(staged[m]))
+        nl.store(out[2], value=nl.copy(between))
+        return out
+
+    got = spread(x, y, {(0,): 1, (1,): 5})
+    np.testing.assert_allclose(got[:2], 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(got[2], 2 * y, rtol=1e-6)
+
+
+def test_an_allocation_function_off_a_regular_grid_is_refused(rng):
+    x = rng.standard_normal((3, 128, 512)).astype(np.float32)
+
+    @nki.jit
+    def irregular(a):
+        out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        where = {(0,): 0, (1,): 1, (2,): 5}
+        staged = nl.ndarray((3, nl.par_dim(128), 512), dtype=nl.float32,
+                            buffer=ncc.psum.alloc(lambda idx, pdim_size, fdim_size:
+                                                  (where[idx], 0, 0)))
+        for m in nl.affine_range(3):
+            staged[m] = nl.load(a[m])
+            nl.store(out[m], value=nl.copy(staged[m]))
+        return out
+
+    with pytest.raises(UnsupportedError, match=r"block \(2,\) at byte 10240, not 4096"):
+        irregular(x)
+
+
+def test_a_placement_inside_a_loop_body_keeps_its_first_iterations_address(rng):
+    # allocated SD attention advances `cur_addr` inside an affine_range body: NKI traces the
+    # body once, so every iteration's tile sits at the first trace's address; four 64 KiB tiles
+    # at advancing addresses would pass SBUF's end
+    x = rng.standard_normal((4, 128, 16384)).astype(np.float32)
+
+    @nki.jit
+    def advancing(a):
+        out = nl.ndarray((4, 128, 16384), dtype=nl.float32, buffer=nl.shared_hbm)
+        cur_addr = 0
+        for i in nl.affine_range(4):
+            t = nl.ndarray((nl.par_dim(128), 16384), dtype=nl.float32,
+                           buffer=ncc.sbuf.mod_alloc(base_addr=cur_addr))
+            cur_addr += 16384 * 4
+            t[...] = nl.load(a[i])
+            nl.store(out[i], value=nl.multiply(t, 2.0))
+        return out
+
+    np.testing.assert_allclose(advancing(x), 2 * x, rtol=1e-6)
+
+
+def test_a_shared_constant_is_an_hbm_tensor_in_the_dtype_asked_for(rng):
+    # allocated SD attention: nl.shared_constant(np.identity(128, dtype=np.int8),
+    # dtype=nl.bfloat16), loaded and used as a TensorE identity
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def through_identity(a):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        identity = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=nl.bfloat16)
+        eye = nl.load(identity)
+        moved = nl.load(a, dtype=nl.bfloat16)
+        nl.store(out, value=nl.copy(nisa.nc_matmul(eye, moved), dtype=nl.float32))
+        return out
+
+    expected = x.astype(nl.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(through_identity(x), expected)

@@ -82,8 +82,8 @@ def test_sbuf_tiles_are_freed_after_their_last_use_when_scopes_do_not_fit(rng):
     """A chain of [128, 16384] fp32 tiles (64 KiB per partition each): five live to the end of
     the kernel's scope exceed every core's SBUF; freed after their last use (the compiler's
     liveness-based allocation, as the legacy front end does) at most two are live."""
-    from trnsim.nki.current import language as nl
     from trnsim.nki.current import jit
+    from trnsim.nki.current import language as nl
 
     @jit
     def chain(a):

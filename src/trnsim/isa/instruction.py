@@ -187,19 +187,23 @@ class Instruction:
             self.fail(InvalidArgumentError(
                 f"{self.name}: the {self.engine} engine cannot {mode} {ap.memory} "
                 f"(operand {ap.describe()}; it can {mode} {names})"))
-        try:
-            check_supported(ap.dtype, core, what=self.name)
-        except TrnsimError as error:
-            self.fail(error)
+        if not core.supports(getattr(ap.dtype, "name", "")):  # the common case, tested inline
+            try:
+                check_supported(ap.dtype, core, what=self.name)
+            except TrnsimError as error:
+                self.fail(error)
         if len(ap.dims) > MAX_FREE_DIMS:
             self.limit("free dimensions of an access pattern", len(ap.dims), MAX_FREE_DIMS, core)
         for _, size in ap.dims:
-            self.limit("free dimension size", size, MAX_FREE_SIZE, core)
+            if size > MAX_FREE_SIZE:
+                self.limit("free dimension size", size, MAX_FREE_SIZE, core)
         if ap.memory is Memory.HBM:
             return
-        self.limit("partition count", ap.partitions, core.partitions, core)
+        if ap.partitions > core.partitions:
+            self.limit("partition count", ap.partitions, core.partitions, core)
         p0, p1 = ap.partition_range()
-        self.limit("partition end", p1, core.partitions, core)
+        if p1 > core.partitions:
+            self.limit("partition end", p1, core.partitions, core)
         if p0 < 0:
             self.fail(InvalidArgumentError(f"{self.name}: negative start partition {p0}"))
         if self.engine is not Engine.DMA:

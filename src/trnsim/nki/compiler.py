@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from math import prod
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 
@@ -44,29 +45,43 @@ class Placement:
     function: Callable | None = None
     unit: int = 1  # bytes per PSUM bank (a bank number counts this many bytes)
 
-    def offset_for(self, block_shape: tuple[int, ...], partitions: int, bytes_per_block: int) -> int:
-        """The byte offset of the tile's first block. An allocation function is called as the
-        compiler calls it, by keyword, for every block; blocks it does not place one after
-        another are refused (trnsim's tiles are strided views)."""
+    def offset_for(self, block_shape: tuple[int, ...], partitions: int,
+                   bytes_per_block: int) -> tuple[int, tuple[int, ...] | None]:
+        """The byte offset of the tile's first block and, for an allocation function, the bytes
+        between consecutive blocks along each block dimension (None: one after another). The
+        function is called as the compiler calls it, by keyword, for every block; its blocks
+        must lie on a regular grid (trnsim's tiles are strided views), else it is refused."""
         if self.function is None:
-            return self.base_offset
-        first = None
-        for n, index in enumerate(itertools.product(*(range(s) for s in block_shape))):
+            return self.base_offset, None
+        offsets = {}
+        for index in itertools.product(*(range(s) for s in block_shape)):
             where = tuple(int(v) for v in self.function(idx=index, pdim_size=partitions,
                                                          fdim_size=bytes_per_block))
             if len(where) >= 2 and where[-2] != 0:
                 raise UnsupportedError(f"ncc.{self.buffer}.alloc: block {index} starts at "
                                        f"partition {where[-2]}; trnsim places blocks at partition 0")
-            offset = where[0] * self.unit + where[2] if self.buffer == "psum" and len(where) == 3 \
-                else where[-1]
-            if first is None:
-                first = offset
-            elif offset != first + n * bytes_per_block:
+            offsets[index] = where[0] * self.unit + where[2] \
+                if self.buffer == "psum" and len(where) == 3 else where[-1]
+        origin = (0,) * len(block_shape)
+        first = offsets[origin]
+        strides = tuple(
+            offsets[tuple(int(d == axis) for d in range(len(block_shape)))] - first
+            if size > 1 else bytes_per_block for axis, size in enumerate(block_shape))
+        for index, offset in offsets.items():
+            expected = first + sum(i * s for i, s in zip(index, strides, strict=True))
+            if offset != expected:
                 raise UnsupportedError(
-                    f"ncc.{self.buffer}.alloc: block {index} at byte {offset}, not "
-                    f"{first + n * bytes_per_block} after the blocks before it; trnsim supports "
-                    f"allocation functions that place a tile's blocks one after another")
-        return first
+                    f"ncc.{self.buffer}.alloc: block {index} at byte {offset}, not {expected}; "
+                    f"trnsim supports allocation functions that place a tile's blocks on a "
+                    f"regular grid (here {list(strides)} bytes apart along its block dimensions)")
+        placed = sorted(offsets.values())
+        if min(strides, default=0) < 0 or any(b - a < bytes_per_block
+                                              for a, b in itertools.pairwise(placed)):
+            raise UnsupportedError(f"ncc.{self.buffer}.alloc: blocks of {bytes_per_block} bytes "
+                                   f"placed at bytes {placed[:8]} overlap or run backwards")
+        dense = all(s == bytes_per_block * prod(block_shape[axis + 1:])
+                    for axis, s in enumerate(strides))
+        return first, None if dense else strides
 
 
 class _Buffer:

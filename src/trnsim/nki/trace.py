@@ -17,7 +17,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import wraps
 from math import prod
 
@@ -28,6 +28,7 @@ from trnsim.errors import (
     LimitExceededError,
     TrnsimError,
     UndefinedBehaviourWarning,
+    UnsupportedError,
 )
 from trnsim.isa import Instruction, Memory, ProgramBuilder
 from trnsim.nki import legalise
@@ -182,6 +183,7 @@ class Scope:
     kind: str
     source: str | None
     tiles: list
+    placements: dict = field(default_factory=dict)  # manual placements per source line so far
 
 
 class Trace:
@@ -198,6 +200,7 @@ class Trace:
                                   bank_bytes=self.core.psum_bank_bytes_per_partition,
                                   core_name=self.core.name)
         self.scopes: list[Scope] = []
+        self._loop_placements: dict[tuple, tuple] = {}  # see loop_placement
         self.pending: Tile | None = None
         self.label: str | None = None
         self.source: str | None = None
@@ -456,9 +459,12 @@ class Trace:
 
     # --- allocation -----------------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype, buffer: str, *, name: str = "",
-                 par_axis: int = 0, offset: int | None = None, wrap: tuple[int, ...] = ()) -> Tile:
+                 par_axis: int = 0, offset: int | None = None, wrap: tuple[int, ...] = (),
+                 block_strides: tuple[int, ...] | None = None) -> Tile:
         """An on-chip tile (or HBM tensor). `wrap`: per leading block axis, the physical blocks
-        a modulo allocation keeps (logical block i in physical block i % n)."""
+        a modulo allocation keeps (logical block i in physical block i % n). `block_strides`:
+        bytes between consecutive blocks along each leading block axis, where an allocation
+        function spread them out (None: packed one after another)."""
         dt = as_dtype(dtype)
         name = name or f"t{next(self._tile_ids)}"
         if buffer in ("hbm", "shared_hbm", "private_hbm"):
@@ -475,6 +481,13 @@ class Trace:
         physical = tuple(wrap) + tuple(shape[len(wrap):])
         free = [s for i, s in enumerate(physical) if i != par_axis]
         nbytes = prod(free) * dt.itemsize if free else dt.itemsize
+        if block_strides is not None:
+            if any(stride % dt.itemsize for stride in block_strides):
+                raise UnsupportedError(f"tile {name!r}: blocks {list(block_strides)} bytes apart "
+                                       f"are not whole {dt.name} elements apart")
+            nbytes = prod(free[par_axis:]) * dt.itemsize + sum(
+                (n - 1) * stride for n, stride in zip(physical[:par_axis], block_strides,
+                                                      strict=True))
         placed = offset is not None
         if offset is not None:
             ring = self.psum if memory is Memory.PSUM else self.sbuf
@@ -498,6 +511,9 @@ class Trace:
         self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
         self.builder.program.psum_peak_bytes_per_partition = self.psum.peak
         axes = _onchip_axes(physical, par_axis)
+        if block_strides is not None:
+            axes = tuple(replace(a, fstep=block_strides[i] // dt.itemsize) if i < par_axis else a
+                         for i, a in enumerate(axes))
         if wrap:  # logical sizes, physical strides
             axes = tuple(Axis(size, a.pstep, a.fstep, a.tag,
                               wrap[i] if i < len(wrap) and wrap[i] < size else 0)
@@ -564,6 +580,21 @@ class Trace:
         return tile
 
     # --- loop scopes ----------------------------------------------------------------------------
+    def loop_placement(self, placed: tuple) -> tuple:
+        """Where a manual placement (ncc.*.mod_alloc / alloc) made inside a loop body puts its
+        tile. NKI traces an affine / sequential loop's body once, with a symbolic index, so
+        Python arithmetic in the body (a running `cur_addr += ...`) runs once and every
+        iteration's tile sits where that one trace put it; trnsim runs the body per iteration,
+        so each placement takes what the first iteration computed at the same line and
+        occurrence."""
+        if not self.scopes:
+            return placed
+        scope = self.scopes[-1]
+        occurrence = scope.placements.get(self.source, 0)
+        scope.placements[self.source] = occurrence + 1
+        key = (tuple(s.source for s in self.scopes), self.source, occurrence)
+        return self._loop_placements.setdefault(key, placed)
+
     def _scope_key(self) -> tuple:
         return tuple((s.loop, s.iteration) for s in self.scopes)
 

@@ -29,15 +29,17 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs) -> Tile:
     from trnsim.nki.compiler import Placement
 
     plain, par_axis = split_shape(shape)
-    offset, wrap = None, ()
+    offset, wrap, strides = None, (), None
     if isinstance(buffer, Placement):  # ncc.sbuf.mod_alloc(base_addr=...): manual placement
         free = [n for i, n in enumerate(plain) if i != par_axis]
         block_bytes = prod(free[par_axis:]) * resolve_dtype(dtype).itemsize
         wrap = buffer.num_free_tiles[:par_axis]
-        buffer, offset = buffer.buffer, buffer.offset_for(tuple(plain[:par_axis]), plain[par_axis],
-                                                          block_bytes)
+        offset, strides = current_trace().loop_placement(
+            buffer.offset_for(tuple(plain[:par_axis]), plain[par_axis], block_bytes))
+        buffer = buffer.buffer
     return current_trace().allocate(plain, resolve_dtype(dtype), _buffer(buffer), name=name,
-                                    par_axis=par_axis, offset=offset, wrap=wrap)
+                                    par_axis=par_axis, offset=offset, wrap=wrap,
+                                    block_strides=strides)
 
 
 @api("nl.full")

@@ -86,6 +86,43 @@ def register_device() -> None:
     register_backend()
 
 
+class _RegisterAfterTorch(importlib.abc.Loader):
+    """Wraps torch's own loader: once `import torch` has finished, register the device."""
+
+    def __init__(self, real: importlib.abc.Loader) -> None:
+        self.real = real
+
+    def create_module(self, spec):
+        return self.real.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.real.exec_module(module)
+        register_device()
+
+
+class _WatchTorch(importlib.abc.MetaPathFinder):
+    """Registers the device when the script first imports torch: no backward pass can come
+    before that, and a script that never imports torch (an NKI kernel's tests) does not pay
+    the second or two importing it costs."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _WatchTorch)]
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RegisterAfterTorch(spec.loader)
+        return spec
+
+
+def register_device_on_import() -> None:
+    """`python -m trnsim.run`: `register_device` now if torch is loaded, else at its import."""
+    if "torch" in sys.modules:
+        register_device()
+    elif not any(isinstance(f, _WatchTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WatchTorch())
+
+
 def install_on_import() -> None:
     if not any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _InstallOnImport())
