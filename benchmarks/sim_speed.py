@@ -198,13 +198,13 @@ def _real_model(name: str, llama_seq: int):
         entry = ZOO["bert-large-uncased"]
         with empty_weights():
             return entry.build(), entry.inputs(1, 128), "inf2.xlarge"
-    import transformers
+    from trnsim.perf.zoo import causal_lm_builder, config_path, read_config
 
     entry = ZOO["llama-2-7b"]
-    config = entry.build.config  # the zoo's Llama-2-7B configuration, with one decoder layer
+    # the zoo's shipped Llama-2-7B configuration, with one decoder layer
+    config = {**read_config(config_path("llama-2-7b")), "num_hidden_layers": 1}
     with empty_weights():
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            **{**config, "num_hidden_layers": 1})).eval()
+        model = causal_lm_builder(config)()
     return model, entry.inputs(1, llama_seq), "trn1.2xlarge"
 
 

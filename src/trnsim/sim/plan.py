@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Mapping
 from operator import attrgetter
 
+import numpy as np
+
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
 from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
 from trnsim.isa.dma import DmaCopy, contiguous_run_bytes
@@ -173,7 +175,7 @@ class Planner:
 class _Planned:
     """A program's plans on one core, with what they were made from (`planned`)."""
 
-    __slots__ = ("core", "instructions", "planner", "plans", "tensors")
+    __slots__ = ("arrays", "core", "instructions", "planner", "plans", "tensors")
 
     def __init__(self, core, program: Program, planner: Planner, plans: list[Plan]) -> None:
         self.core = core
@@ -181,6 +183,7 @@ class _Planned:
         self.tensors = _tensor_signature(program)
         self.planner = planner
         self.plans = plans
+        self.arrays = None  # (PlanArrays, uids) for the compiled loop, made on first use
 
     def fits(self, core, program: Program) -> bool:
         instructions = program.instructions
@@ -217,6 +220,20 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
             weakref.finalize(program, _PLANNED.pop, key, None)
         _PLANNED[key] = _Planned(core, program, planner, plans)
     return planner, plans
+
+
+def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan]):
+    """(`PlanArrays` of the planner's distinct plans, the plan uid of each instruction) for the
+    compiled loop (`trnsim.sim.compiled`), kept beside the plans `planned` keeps."""
+    from trnsim.sim.compiled import PlanArrays
+
+    found = _PLANNED.get(id(program))
+    if found is not None and found.plans is plans and found.arrays is not None:
+        return found.arrays
+    arrays = (PlanArrays(planner.distinct), np.fromiter((p.uid for p in plans), np.int64, len(plans)))
+    if found is not None and found.plans is plans:
+        found.arrays = arrays
+    return arrays
 
 
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
