@@ -150,13 +150,12 @@ def run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray)
         queue_free, f64(pool.times), f64(pool.used), port_starts, port_ends, port_len,
         port_streams, scalars, counters)
     done = len(starts)
-    scheduler.uids += uids[:done].tolist()
-    scheduler.starts += starts.tolist()
-    scheduler.ends += ends.tolist()
-    scheduler.dones += dones.tolist()
-    scheduler.codes += codes.tolist()
-    scheduler.causes += causes.tolist()
-    offset = len(scheduler.uids) - done
+    offset = len(scheduler.uids)
+    for name, column in (("uids", uids[:done]), ("starts", starts), ("ends", ends),
+                         ("dones", dones), ("codes", codes), ("causes", causes)):
+        # a fresh scheduler keeps the arrays (`Profile` reads them as such); else append
+        records = getattr(scheduler, name)
+        setattr(scheduler, name, column if not len(records) else [*records, *column.tolist()])
     scheduler.moved_record.frombytes((moved_record + offset).tobytes())
     scheduler.moved_times.frombytes(moved_times.tobytes())
     scheduler.w_ready, scheduler.w_engine = w_ready.tolist(), w_engine.tolist()
@@ -343,7 +342,8 @@ def _run(uids, code_of, busy_of, latency_of, is_load_of, is_matmul_of, dma_work,
                         s, e, amount = piece_start[p], piece_end[p], piece_rate[p]
                         if e <= s:
                             continue
-                        cuts = np.empty(2, np.int64)
+                        cut_start = 0
+                        cut_end = 0
                         for c in range(2):
                             tc = s if c == 0 else e
                             at = _bisect_left(pool_times, pool_n, tc)
@@ -357,11 +357,14 @@ def _run(uids, code_of, busy_of, latency_of, is_load_of, is_matmul_of, dma_work,
                                 pool_times[at] = tc
                                 pool_used[at] = pool_used[at - 1] if at else 0.0
                                 pool_n += 1
-                            cuts[c] = at
-                        for m in range(cuts[0], cuts[1]):
+                            if c == 0:
+                                cut_start = at
+                            else:
+                                cut_end = at
+                        for m in range(cut_start, cut_end):
                             pool_used[m] += amount
-                        for c in range(1, -1, -1):
-                            at = cuts[c]
+                        for c in range(2):
+                            at = cut_end if c == 0 else cut_start  # as RateTimeline.add: j, then i
                             if 0 < at < pool_n and abs(pool_used[at] - pool_used[at - 1]) <= eps:
                                 for m in range(at, pool_n - 1):
                                     pool_times[m] = pool_times[m + 1]

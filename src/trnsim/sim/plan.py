@@ -100,6 +100,7 @@ class Planner:
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
+        self._columns: dict[str, tuple[int, np.ndarray]] = {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
@@ -158,6 +159,15 @@ class Planner:
         self.distinct.append(plan)
         return plan
 
+    def column(self, attribute: str) -> np.ndarray:
+        """An integer figure (flops, nbytes, ...) of every distinct plan, indexed by uid; made
+        once for the plans found so far (profiles gather per-record figures from it)."""
+        count, values = self._columns.get(attribute, (-1, None))
+        if count != len(self.distinct):
+            values = np.array([getattr(p, attribute) for p in self.distinct] or [0], np.int64)
+            self._columns[attribute] = (len(self.distinct), values)
+        return values
+
     def forget_program(self) -> None:
         """Drop the reference `on_chip` keeps to the last program (a kept planner must not
         keep its program alive)."""
@@ -197,7 +207,7 @@ _PLANNED: dict[int, _Planned] = {}  # id(program) -> its plans on the core it la
 
 
 def _tensor_signature(program: Program) -> tuple:
-    return (program.checked, tuple((t.name, t.nbytes, t.on_chip, t.on_chip_from)
+    return (program.checked, tuple((t.name, t.shape, t.dtype.name, t.on_chip, t.on_chip_from)
                                    for t in program.tensors.values()))
 
 
