@@ -102,3 +102,16 @@ def test_the_loop_choice_is_checked(monkeypatch):
     monkeypatch.setenv(compiled.LOOP_ENV, "fastest")
     with pytest.raises(InvalidArgumentError, match="TRNSIM_SIM_LOOP"):
         simulate(tiled_matmul(128, 128, 512), mode="timing")
+
+
+def test_auto_loads_the_compiled_loop_once_the_python_loop_has_done_enough(monkeypatch):
+    monkeypatch.setenv(compiled.LOOP_ENV, "auto")
+    monkeypatch.setattr(compiled, "_KERNEL", None)  # not loaded yet in this "process"
+    monkeypatch.setattr(compiled, "_python_instructions", 0)
+    monkeypatch.setattr(compiled, "kernel", lambda: "loaded")
+    assert not compiled.use_compiled(compiled.COMPILED_FROM - 1)  # small: never worth it
+    assert not compiled.use_compiled(compiled.LOAD_AFTER // 2)
+    assert compiled._python_instructions == compiled.LOAD_AFTER // 2
+    assert compiled.use_compiled(compiled.LOAD_AFTER // 2)  # together they pay for loading
+    monkeypatch.setenv(compiled.LOOP_ENV, "python")
+    assert not compiled.use_compiled(10 * compiled.LOAD_AFTER)

@@ -105,14 +105,10 @@ class CoreRun:
     def _run_compiled(self) -> bool:
         """Time the whole program with the compiled loop (`trnsim.sim.compiled`) if it is
         chosen and available; False to run the Python loop instead."""
-        choice = compiled.loop_choice()
-        if choice == "python" or (choice == "auto"
-                                  and len(self.instructions) < compiled.COMPILED_FROM):
+        if not compiled.use_compiled(len(self.instructions)):
             return False
         kernel = compiled.kernel()
-        if kernel is None:
-            return False
-        if choice == "check":
+        if compiled.loop_choice() == "check":
             reference = CoreScheduler(self.scheduler.core, None)
             reference.prepare(self.program)
             for plan, ins in zip(self.plans, self.instructions, strict=True):
@@ -123,7 +119,7 @@ class CoreRun:
         if failed >= 0:  # raise the Python loop's error for that instruction
             self.scheduler.step(self.plans[failed], self.instructions[failed])
         self.position = len(self.instructions)
-        if choice == "check":
+        if compiled.loop_choice() == "check":
             compiled.compare(reference, self.scheduler, self.program)
         return True
 

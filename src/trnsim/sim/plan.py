@@ -113,16 +113,17 @@ class Planner:
         key_of = self.key
         plans: list[Plan] = []
         append = plans.append
-        for ins in program.instructions:
-            key = key_of(ins)
-            try:
-                plan = cache.get(key)
-            except TypeError:  # an unhashable attribute: check and plan it every time
-                append(self._new(ins, program, check))
-                continue
-            if plan is None:
-                plan = cache[key] = self._new(ins, program, check)
-            append(plan)
+        with self.regions.deferred():
+            for ins in program.instructions:
+                key = key_of(ins)
+                try:
+                    plan = cache.get(key)
+                except TypeError:  # an unhashable attribute: check and plan it every time
+                    append(self._new(ins, program, check))
+                    continue
+                if plan is None:
+                    plan = cache[key] = self._new(ins, program, check)
+                append(plan)
         return plans
 
     def plan(self, ins: Instruction, program: Program) -> Plan:
