@@ -166,7 +166,8 @@ class Planner:
         facts = self._facts.get(key) if key is not None else None
         if facts is None and check:
             ins.check(self.core)
-        for ap in (*ins.reads(), *ins.writes()):
+        reads, writes = ins.reads(), ins.writes()
+        for ap in (*reads, *writes):
             if ap.memory is Memory.HBM and ap not in self._bounded:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
@@ -177,7 +178,7 @@ class Planner:
                     self._facts.clear()
                 self._facts[key] = facts
         plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
-                          facts=facts)
+                          facts=facts, operands=(reads, writes))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         return plan
@@ -329,16 +330,19 @@ _NONE: Mapping[str, int] = {}  # no on-chip tensors
 
 
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
-               on_chip: Mapping[str, int] = _NONE, facts: InstructionFacts | None = None) -> Plan:
+               on_chip: Mapping[str, int] = _NONE, facts: InstructionFacts | None = None,
+               operands: tuple | None = None) -> Plan:
     """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
     keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
-    move nothing (see `_dma_facts`). `facts`: the instruction's, if known."""
+    move nothing (see `_dma_facts`). `facts`, `operands` (its reads and writes): the
+    instruction's, if known."""
     if facts is None:
         facts = instruction_facts(ins, core, ports)
     plan = Plan()
-    reads, writes = ins.reads(), ins.writes()
-    read_info = [regions.info(ap) for ap in reads]
-    write_info = [regions.info(ap) for ap in writes]
+    reads, writes = operands if operands is not None else (ins.reads(), ins.writes())
+    info = regions.info
+    read_info = [info(ap) for ap in reads]
+    write_info = [info(ap) for ap in writes]
     plan.reads = tuple(region.uid for region, _, _ in read_info)
     plan.writes = tuple(region.uid for region, _, _ in write_info)
     plan.read_neighbors = tuple(region.neighbor_ids for region, _, _ in read_info)
