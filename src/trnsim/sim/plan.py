@@ -112,7 +112,8 @@ class Planner:
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
         self._columns: dict[str, tuple[int, np.ndarray]] = {}
-        self._facts = _FACTS.setdefault(core, {})  # InstructionFacts by key, process-wide
+        # InstructionFacts by key: process-wide for the core's own port table
+        self._facts = _FACTS.setdefault(core, {}) if ports is None else {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
