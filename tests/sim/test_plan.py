@@ -63,3 +63,25 @@ def test_functional_results_unchanged_by_reused_plans():
     second = simulate(program, inputs)
     np.testing.assert_array_equal(first.outputs["c"], second.outputs["c"])
     assert _timeline(first) == _timeline(second)
+
+
+def test_another_program_with_equal_instructions_skips_check_and_cost(monkeypatch):
+    from trnsim.isa import MultiplyMoving
+    from trnsim.sim import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "_FACTS", {})  # a fresh process
+    calls = []
+    original = MultiplyMoving.check
+    monkeypatch.setattr(MultiplyMoving, "check", lambda self, core: calls.append(1) or original(self, core))
+    programs = [tiled_matmul(256, 512, 1024) for _ in range(2)]  # equal instructions, new objects
+    assert not programs[0].checked  # the planner checks them
+    calls.clear()  # (building verified them)
+    first = simulate(programs[0], mode="timing")
+    checked = len(calls)
+    assert checked > 0
+    second = simulate(programs[1], mode="timing")
+    assert len(calls) == checked
+    assert _timeline(first) == _timeline(second)
+    # what a program decides (its on-chip tensors, its regions) is still its own
+    program = tiled_matmul(256, 512, 1024)
+    assert Planner(program.target).plan_program(program)[0].reads != ()

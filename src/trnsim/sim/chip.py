@@ -25,7 +25,9 @@ import heapq
 from trnsim import hardware
 from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
 from trnsim.isa import Branch, Jump, Memory, Program
+from trnsim.sim import compiled
 from trnsim.sim.dma import hbm_timeline
+from trnsim.sim.plan import compiled_inputs
 from trnsim.sim.scheduler import CoreScheduler
 from trnsim.sim.state import CoreState
 from trnsim.sim.sync import CoreSlot, SyncHub
@@ -90,6 +92,8 @@ class CoreRun:
         step = self.scheduler.step
         state = self.state
         if state is None:
+            if self.scheduler.dma.hbm is None and self._run_compiled():
+                return
             for plan, ins in zip(self.plans, self.instructions, strict=True):
                 step(plan, ins)
         else:
@@ -97,6 +101,27 @@ class CoreRun:
                 step(plan, ins)
                 execute(ins, state)
         self.position = len(self.instructions)
+
+    def _run_compiled(self) -> bool:
+        """Time the whole program with the compiled loop (`trnsim.sim.compiled`) if it is
+        chosen and available; False to run the Python loop instead."""
+        if not compiled.use_compiled(len(self.instructions)):
+            return False
+        kernel = compiled.kernel()
+        if compiled.loop_choice() == "check":
+            reference = CoreScheduler(self.scheduler.core, None)
+            reference.prepare(self.program)
+            for plan, ins in zip(self.plans, self.instructions, strict=True):
+                reference.step(plan, ins)
+        arrays, uids = compiled_inputs(self.program, self.scheduler.core, self.scheduler.planner,
+                                       self.plans)
+        failed = compiled.run_with_kernel(kernel, self.scheduler, arrays, uids)
+        if failed >= 0:  # raise the Python loop's error for that instruction
+            self.scheduler.step(self.plans[failed], self.instructions[failed])
+        self.position = len(self.instructions)
+        if compiled.loop_choice() == "check":
+            compiled.compare(reference, self.scheduler, self.program)
+        return True
 
     def step(self) -> None:
         ins = self.instructions[self.position]

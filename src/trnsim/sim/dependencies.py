@@ -29,6 +29,7 @@ region granularity without ever removing a region.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from itertools import count
 
 import numpy as np
@@ -36,6 +37,7 @@ import numpy as np
 from trnsim.isa import AccessPattern, Memory
 
 _NUMPY_SEARCH_FROM = 48  # regions in a space before discovery switches to a vectorised search
+_LINK_BLOCK = 256  # deferred regions linked per array operation (`_Space.link_pending`)
 
 
 class Region:
@@ -69,12 +71,14 @@ class Region:
 class _Space:
     """All regions of one address space (SBUF, PSUM, or one HBM tensor), for discovery."""
 
-    def __init__(self, uids: count | None = None) -> None:
+    def __init__(self, uids: count | None = None, owner: RegionIndex | None = None) -> None:
         self.uids = uids if uids is not None else count()  # shared by a core's spaces
+        self.owner = owner
         self.regions: list[Region] = []
         self.by_key: dict[tuple[int, int, int, int, int], Region] = {}
         self._table = np.zeros((64, 7), dtype=np.int64)  # pitch, r0, r1, c0, c1, lo, hi
         self.max_column = 0  # highest byte end seen (the memory's high-water mark per partition)
+        self.pending: list[Region] = []  # found while linking is deferred (`RegionIndex.deferred`)
 
     def get(self, pitch: int, r0: int, r1: int, c0: int, c1: int) -> Region:
         key = (pitch, r0, r1, c0, c1)
@@ -82,9 +86,68 @@ class _Space:
         if region is None:
             region = self.by_key[key] = Region(pitch, r0, r1, c0, c1, next(self.uids))
             if not region.empty:
-                self._link(region)
+                if self.owner is not None and self.owner.deferring:
+                    self.pending.append(region)
+                else:
+                    self._link(region)
                 self.max_column = max(self.max_column, c1)
         return region
+
+    def link_pending(self) -> None:
+        """Link the regions found while deferred, all at once: the same neighbour lists, in the
+        same order, as linking each when found (its own uid, then every overlapping region's in
+        uid order: regions are found, and numbered, in order), with a few array operations per
+        block of regions instead of per region."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        base = len(self.regions)
+        need = base + len(pending)
+        if need > len(self._table):
+            table = np.zeros((max(need, 2 * len(self._table)), 7), dtype=np.int64)
+            table[:base] = self._table[:base]
+            self._table = table
+        self._table[base:need] = [(r.pitch, r.r0, r.r1, r.c0, r.c1, r.lo, r.hi) for r in pending]
+        self.regions += pending
+        regions = self.regions
+        t = self._table[:need]
+        uids = np.array([r.uid for r in regions], dtype=np.int64)
+        older_rows, older_cols = [], []  # (earlier region, new region) pairs
+        for first in range(base, need, _LINK_BLOCK):
+            b = t[first:min(first + _LINK_BLOCK, need), None, :]
+            hit = (t[None, :, 5] < b[..., 6]) & (t[None, :, 6] > b[..., 5])
+            same = (b[..., 0] != 0) & (t[None, :, 0] == b[..., 0])
+            rect = ((t[None, :, 1] < b[..., 2]) & (t[None, :, 2] > b[..., 1])
+                    & (t[None, :, 3] < b[..., 4]) & (t[None, :, 4] > b[..., 3]))
+            hit &= ~same | rect
+            rows, cols = np.nonzero(hit)
+            rows += first
+            keep = rows != cols
+            rows, cols = rows[keep], cols[keep]
+            bounds = np.searchsorted(rows, np.arange(first, first + len(b) + 1))
+            for k in range(len(b)):
+                lo, hi = bounds[k], bounds[k + 1]
+                if lo == hi:
+                    continue
+                region = regions[first + k]
+                found = cols[lo:hi]
+                region.neighbor_ids += uids[found].tolist()
+                region.neighbors += [regions[j] for j in found.tolist()]
+            earlier = cols < base
+            older_rows.append(cols[earlier])
+            older_cols.append(rows[earlier])
+        older = np.concatenate(older_rows)
+        if len(older):
+            newer = np.concatenate(older_cols)
+            order = np.argsort(older, kind="stable")  # each earlier region's new ones in order
+            older, newer = older[order], newer[order]
+            starts = np.flatnonzero(np.r_[True, older[1:] != older[:-1]])
+            ends = np.r_[starts[1:], len(older)]
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                region = regions[older[lo]]
+                found = newer[lo:hi]
+                region.neighbor_ids += uids[found].tolist()
+                region.neighbors += [regions[j] for j in found.tolist()]
 
     def _link(self, region: Region) -> None:
         for other in self._overlapping(region):
@@ -119,10 +182,23 @@ class RegionIndex:
         self.sbuf_pitch = core.sbuf_bytes_per_partition
         self.psum_pitch = core.psum_bytes_per_partition
         self._uids = count()
-        self.sbuf = _Space(self._uids)
-        self.psum = _Space(self._uids)
+        self.deferring = False  # regions found now are linked by `link_pending`
+        self.sbuf = _Space(self._uids, self)
+        self.psum = _Space(self._uids, self)
         self.hbm: dict[str, _Space] = {}
         self._by_ap: dict[AccessPattern, tuple[Region, int, Memory]] = {}
+
+    @contextmanager
+    def deferred(self):
+        """Find regions without linking them, then link them all at once (a program's planning:
+        no plan reads a neighbour list before the program runs)."""
+        self.deferring = True
+        try:
+            yield self
+        finally:
+            self.deferring = False
+            for space in (self.sbuf, self.psum, *self.hbm.values()):
+                space.link_pending()
 
     @property
     def count(self) -> int:
@@ -143,7 +219,7 @@ class RegionIndex:
         if ap.memory is Memory.HBM:
             space = self.hbm.get(ap.tensor)
             if space is None:
-                space = self.hbm[ap.tensor] = _Space(self._uids)
+                space = self.hbm[ap.tensor] = _Space(self._uids, self)
             return space.get(*_hbm_rectangle(ap))
         low, high = ap.byte_span()
         p0, p1 = ap.partition_range()

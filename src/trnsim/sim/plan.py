@@ -11,6 +11,11 @@ instructions; `check` and `cost` are pure functions of the instruction's operand
 and the core, so one dict lookup replaces both for every repeat. The key leaves out ``source``
 and ``label``, which only name the instruction (an error is raised, with its source, by the
 first instruction of a kind; an equal one elsewhere would raise the same error).
+
+The part of a plan that depends only on the instruction and the core (`InstructionFacts`: check
+passed, cost, transfer, FLOPs, ports) is also kept process-wide under the same key, so another
+program meeting an equal instruction skips `check` and `cost` too; regions, HBM traffic of
+on-chip tensors and in-place hand-offs are the program's own and are planned per program.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import operator
 import weakref
 from collections.abc import Mapping
 from operator import attrgetter
+
+import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
 from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
@@ -87,6 +94,12 @@ class PortTable:
                      if code in streams and memory in memories)
 
 
+# InstructionFacts of every checked instruction met, per core (see `InstructionFacts`); cleared
+# when it holds this many (a bound on memory, not on correctness)
+_FACTS: dict = {}
+_FACTS_KEPT = 1_000_000
+
+
 class Planner:
     """Checks and plans a core's instructions; equal instructions share one plan."""
 
@@ -98,6 +111,9 @@ class Planner:
         self._cache: dict = {}
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
+        self._columns: dict[str, tuple[int, np.ndarray]] = {}
+        # InstructionFacts by key: process-wide for the core's own port table
+        self._facts = _FACTS.setdefault(core, {}) if ports is None else {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
@@ -110,16 +126,17 @@ class Planner:
         key_of = self.key
         plans: list[Plan] = []
         append = plans.append
-        for ins in program.instructions:
-            key = key_of(ins)
-            try:
-                plan = cache.get(key)
-            except TypeError:  # an unhashable attribute: check and plan it every time
-                append(self._new(ins, program, check))
-                continue
-            if plan is None:
-                plan = cache[key] = self._new(ins, program, check)
-            append(plan)
+        with self.regions.deferred():
+            for ins in program.instructions:
+                key = key_of(ins)
+                try:
+                    plan = cache.get(key)
+                except TypeError:  # an unhashable attribute: check and plan it every time
+                    append(self._new(ins, program, check))
+                    continue
+                if plan is None:
+                    plan = cache[key] = self._new(ins, program, check, key)
+                append(plan)
         return plans
 
     def plan(self, ins: Instruction, program: Program) -> Plan:
@@ -128,7 +145,7 @@ class Planner:
         key = self.key(ins)
         plan = self._cache.get(key)
         if plan is None:
-            plan = self._cache[key] = self._new(ins, program)
+            plan = self._cache[key] = self._new(ins, program, key=key)
         return plan
 
     def key(self, ins: Instruction) -> tuple:
@@ -141,20 +158,40 @@ class Planner:
             getter = self._getters[cls] = attrgetter(*names, "engine")  # always a tuple
         return cls, getter(ins)
 
-    def _new(self, ins: Instruction, program: Program, check: bool = True) -> Plan:
-        """check=False for instructions their front end checked when it emitted them."""
+    def _new(self, ins: Instruction, program: Program, check: bool = True, key=None) -> Plan:
+        """check=False for instructions their front end checked when it emitted them. `key`:
+        the instruction's `key`, under which its `InstructionFacts` are kept process-wide once
+        `check` passed (None: not hashable)."""
         if getattr(type(ins), "KIND", ""):
             self.has_kinds = True
-        if check:
+        facts = self._facts.get(key) if key is not None else None
+        if facts is None and check:
             ins.check(self.core)
-        for ap in (*ins.reads(), *ins.writes()):
+        reads, writes = ins.reads(), ins.writes()
+        for ap in (*reads, *writes):
             if ap.memory is Memory.HBM and ap not in self._bounded:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
-        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program))
+        if facts is None:
+            facts = instruction_facts(ins, self.core, self.ports)
+            if key is not None and check:
+                if len(self._facts) >= _FACTS_KEPT:
+                    self._facts.clear()
+                self._facts[key] = facts
+        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
+                          facts=facts, operands=(reads, writes))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         return plan
+
+    def column(self, attribute: str) -> np.ndarray:
+        """An integer figure (flops, nbytes, ...) of every distinct plan, indexed by uid; made
+        once for the plans found so far (profiles gather per-record figures from it)."""
+        count, values = self._columns.get(attribute, (-1, None))
+        if count != len(self.distinct):
+            values = np.array([getattr(p, attribute) for p in self.distinct] or [0], np.int64)
+            self._columns[attribute] = (len(self.distinct), values)
+        return values
 
     def forget_program(self) -> None:
         """Drop the reference `on_chip` keeps to the last program (a kept planner must not
@@ -173,7 +210,7 @@ class Planner:
 class _Planned:
     """A program's plans on one core, with what they were made from (`planned`)."""
 
-    __slots__ = ("core", "instructions", "planner", "plans", "tensors")
+    __slots__ = ("arrays", "core", "instructions", "planner", "plans", "tensors")
 
     def __init__(self, core, program: Program, planner: Planner, plans: list[Plan]) -> None:
         self.core = core
@@ -181,6 +218,7 @@ class _Planned:
         self.tensors = _tensor_signature(program)
         self.planner = planner
         self.plans = plans
+        self.arrays = None  # (PlanArrays, uids) for the compiled loop, made on first use
 
     def fits(self, core, program: Program) -> bool:
         instructions = program.instructions
@@ -194,7 +232,7 @@ _PLANNED: dict[int, _Planned] = {}  # id(program) -> its plans on the core it la
 
 
 def _tensor_signature(program: Program) -> tuple:
-    return (program.checked, tuple((t.name, t.nbytes, t.on_chip, t.on_chip_from)
+    return (program.checked, tuple((t.name, t.shape, t.dtype.name, t.on_chip, t.on_chip_from)
                                    for t in program.tensors.values()))
 
 
@@ -219,6 +257,20 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     return planner, plans
 
 
+def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan]):
+    """(`PlanArrays` of the planner's distinct plans, the plan uid of each instruction) for the
+    compiled loop (`trnsim.sim.compiled`), kept beside the plans `planned` keeps."""
+    from trnsim.sim.compiled import PlanArrays
+
+    found = _PLANNED.get(id(program))
+    if found is not None and found.plans is plans and found.arrays is not None:
+        return found.arrays
+    arrays = (PlanArrays(planner.distinct), np.fromiter((p.uid for p in plans), np.int64, len(plans)))
+    if found is not None and found.plans is plans:
+        found.arrays = arrays
+    return arrays
+
+
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
     decl = program.tensors.get(ap.tensor)
     if decl is None:
@@ -229,54 +281,97 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
+
+
+class InstructionFacts:
+    """What an instruction's plan takes from the instruction and the core alone: `check` passed,
+    `cost`, `transfer`, `flops`, `traffic` and the ports it holds. All are pure functions of the
+    two, so they are kept process-wide (`Planner`), keyed like the planner's own cache: another
+    program with an equal instruction (the same model lowered again, a serving step of another
+    length, the next training step's graph) reuses them."""
+
+    __slots__ = ("busy", "code", "dma_engines", "dma_queue", "dma_work", "flops", "is_load",
+                 "is_matmul", "is_multiply", "latency", "moved_reads", "moved_writes", "nbytes",
+                 "ports", "precision")
+
+
+def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFacts:
+    facts = InstructionFacts()
+    reads, writes = ins.reads(), ins.writes()
+    facts.flops = ins.flops()
+    facts.precision = (reads[0].dtype.precision or "fp32") if facts.flops and reads else None
+    # device-memory traffic: the bytes moved (an indirect DMA's dependencies span its whole
+    # table, its traffic only the rows it moves)
+    facts.moved_reads, facts.moved_writes = (ins.traffic() if hasattr(ins, "traffic")
+                                             else (reads, writes))
+    facts.busy = facts.latency = 0.0
+    facts.is_load = facts.is_multiply = facts.is_matmul = False
+    facts.ports = ()
+    facts.dma_work, facts.dma_engines, facts.dma_queue = 0.0, 0, None
+    if ins.engine is Engine.DMA:
+        facts.code = -1
+        _dma_facts(ins, core, reads, writes, facts)
+        return facts
+    cost = ins.cost(core)
+    facts.busy, facts.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
+    facts.nbytes = sum(ap.nbytes for ap in (*reads, *writes))
+    facts.code = STREAM_OF_ENGINE[ins.engine]
+    if facts.code == TENSOR:
+        pipeline = getattr(type(ins), "PIPELINE", "multiply")
+        facts.is_load = pipeline == "load"
+        facts.is_multiply = not facts.is_load
+        facts.is_matmul = ins.OPCODE == "MultiplyMoving"
+        if facts.is_load:
+            facts.code = TENSOR_LOAD
+    facts.ports = ports.held_by(facts.code, {ap.memory for ap in (*reads, *writes)})
+    return facts
+
+
 _NONE: Mapping[str, int] = {}  # no on-chip tensors
 
 
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
-               on_chip: Mapping[str, int] = _NONE) -> Plan:
+               on_chip: Mapping[str, int] = _NONE, facts: InstructionFacts | None = None,
+               operands: tuple | None = None) -> Plan:
     """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
     keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
-    move nothing (see `_dma_plan`)."""
+    move nothing (see `_dma_facts`). `facts`, `operands` (its reads and writes): the
+    instruction's, if known."""
+    if facts is None:
+        facts = instruction_facts(ins, core, ports)
     plan = Plan()
-    reads, writes = ins.reads(), ins.writes()
-    read_info = [regions.info(ap) for ap in reads]
-    write_info = [regions.info(ap) for ap in writes]
+    reads, writes = operands if operands is not None else (ins.reads(), ins.writes())
+    info = regions.info
+    read_info = [info(ap) for ap in reads]
+    write_info = [info(ap) for ap in writes]
     plan.reads = tuple(region.uid for region, _, _ in read_info)
     plan.writes = tuple(region.uid for region, _, _ in write_info)
     plan.read_neighbors = tuple(region.neighbor_ids for region, _, _ in read_info)
     plan.write_neighbors = tuple(region.neighbor_ids for region, _, _ in write_info)
-    plan.flops = ins.flops()
-    if plan.flops and reads:
-        plan.precision = reads[0].dtype.precision or "fp32"
-    # device-memory traffic: the bytes moved (an indirect DMA's dependencies span its whole
-    # table, its traffic only the rows it moves)
-    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
-    plan.hbm_read = sum(ap.nbytes for ap in moved_reads if ap.memory is Memory.HBM
+    plan.flops = facts.flops
+    plan.precision = facts.precision
+    plan.hbm_read = sum(ap.nbytes for ap in facts.moved_reads if ap.memory is Memory.HBM
                         and ap.tensor not in on_chip)
-    plan.hbm_write = sum(ap.nbytes for ap in moved_writes if ap.memory is Memory.HBM
+    plan.hbm_write = sum(ap.nbytes for ap in facts.moved_writes if ap.memory is Memory.HBM
                          and ap.tensor not in on_chip)
-    if ins.engine is Engine.DMA:
-        plan.code = -1
-        plan.dma = _dma_plan(ins, core, reads, writes, plan, on_chip)
+    plan.code = facts.code
+    plan.nbytes = facts.nbytes
+    if plan.code == -1:
+        in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
+                    and _in_place(reads, writes, on_chip, core.partitions))
+        work = facts.dma_work
+        hbm_bytes = plan.hbm_read + plan.hbm_write
+        plan.dma = DmaPlan(0.0 if in_place else work, facts.dma_engines,
+                           hbm_bytes / work if work > 0 else 0.0, facts.dma_queue, in_place)
         return plan
-    cost = ins.cost(core)
-    plan.busy, plan.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
-    plan.nbytes = sum(nbytes for _, nbytes, _ in (*read_info, *write_info))
-    plan.code = STREAM_OF_ENGINE[ins.engine]
-    if plan.code == TENSOR:
-        pipeline = getattr(type(ins), "PIPELINE", "multiply")
-        plan.is_load = pipeline == "load"
-        plan.is_multiply = not plan.is_load
-        plan.is_matmul = ins.OPCODE == "MultiplyMoving"
-        if plan.is_load:
-            plan.code = TENSOR_LOAD
-    plan.ports = ports.held_by(plan.code, {memory for _, _, memory in (*read_info, *write_info)})
+    plan.busy, plan.latency = facts.busy, facts.latency
+    plan.is_load, plan.is_multiply, plan.is_matmul = facts.is_load, facts.is_multiply, facts.is_matmul
+    plan.ports = facts.ports
     return plan
 
 
-def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
-              writes: tuple[AccessPattern, ...], plan: Plan,
-              on_chip: Mapping[str, int] = _NONE) -> DmaPlan:
+def _dma_facts(ins: Instruction, core, reads: tuple[AccessPattern, ...],
+               writes: tuple[AccessPattern, ...], facts: InstructionFacts) -> None:
     """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
     on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
 
@@ -284,8 +379,8 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     HBM bytes. When it also keeps the layout the producer stored (rows on partitions: each
     partition's elements one contiguous run of the tensor, row r on partition r mod 128) and the
     dtype, it is an in-place hand-off: the producer's tile is the consumer's, so no data moves
-    (`DmaPlan.in_place`). Any other access re-lays out or casts the data and is charged as an
-    SBUF-to-SBUF DMA."""
+    (`DmaPlan.in_place`, decided per program by `build_plan`). Any other access re-lays out or
+    casts the data and is charged as an SBUF-to-SBUF DMA."""
     dma = core.dma
     queue = getattr(ins, "queue", None)
     if queue is not None and not 0 <= queue < dma.queues_per_engine:
@@ -294,27 +389,23 @@ def _dma_plan(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     transfer = getattr(ins, "transfer", None)
     if transfer is not None:
         moved = transfer(core)
-        work, plan.nbytes = moved.engine_ns(core), moved.nbytes
+        work, facts.nbytes = moved.engine_ns(core), moved.nbytes
     else:  # a DMA-engine instruction without a transfer model: its cost alone on one engine
         work = ins.cost(core).busy_ns - dma.start_latency_ns
-        plan.nbytes = max((ap.nbytes for ap in (*reads, *writes)), default=0)
+        facts.nbytes = max((ap.nbytes for ap in (*reads, *writes)), default=0)
     sides = [ap.partitions for ap in (*writes, *reads) if ap.memory is not Memory.HBM]
     partitions = sides[0] if sides else (writes[0].partitions if writes else 1)
     engines = min(dma.engines, max(1, -(-partitions // dma.partitions_per_engine)))
-    hbm_bytes = plan.hbm_read + plan.hbm_write
     work = max(float(work), 0.0)
-    if work > 0 and plan.nbytes < engines * dma.ideal_transfer_bytes:
+    if work > 0 and facts.nbytes < engines * dma.ideal_transfer_bytes:
         work += engines * dma.transfer_overhead_ns  # a small transfer: its overhead shows
-    in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
-                and _in_place(reads, writes, on_chip, core.partitions))
-    return DmaPlan(0.0 if in_place else work, engines,
-                   hbm_bytes / work if work > 0 else 0.0, queue, in_place)
+    facts.dma_work, facts.dma_engines, facts.dma_queue = work, engines, queue
 
 
 def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
               on_chip: Mapping[str, int], partitions: int) -> bool:
     """A plain copy whose HBM-declared operands are all on chip, each read or written one
-    partition's run at a time, with SBUF on the other side and no cast (see `_dma_plan`)."""
+    partition's run at a time, with SBUF on the other side and no cast (see `_dma_facts`)."""
     operands = (*reads, *writes)
     declared = [ap for ap in operands if ap.memory is Memory.HBM]
     if not declared or any(ap.tensor not in on_chip for ap in declared):

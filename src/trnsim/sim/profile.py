@@ -113,22 +113,18 @@ class Profile:
         self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
         self.concrete = scheduler.concrete
         # per-instruction figures: gathered from the (few) distinct plans by each record's plan id
-        distinct = scheduler.planner.distinct
+        planner = scheduler.planner
+        distinct = planner.distinct
         uids = np.array(scheduler.uids, dtype=np.int64)
-
-        def column(attribute: str) -> np.ndarray:
-            table = np.array([getattr(p, attribute) for p in distinct] or [0], dtype=np.int64)
-            return table[uids]
-
-        self.flops = column("flops")
-        self.nbytes = column("nbytes")
-        self.hbm_read = column("hbm_read")
-        self.hbm_write = column("hbm_write")
-        counts = np.bincount(uids, minlength=len(distinct)) if len(uids) else []
+        self.flops = planner.column("flops")[uids]
+        self.nbytes = planner.column("nbytes")[uids]
+        self.hbm_read = planner.column("hbm_read")[uids]
+        self.hbm_write = planner.column("hbm_write")[uids]
+        counts = np.bincount(uids, minlength=len(distinct)) if len(uids) else np.zeros(0, np.int64)
         by_precision: dict[str, int] = defaultdict(int)
-        for plan, count in zip(distinct, counts, strict=False):
-            if plan.flops and count:
-                by_precision[plan.precision or "fp32"] += plan.flops * int(count)
+        for uid in np.flatnonzero(planner.column("flops")[:len(counts)] * counts[:len(distinct)]):
+            plan = distinct[uid]
+            by_precision[plan.precision or "fp32"] += plan.flops * int(counts[uid])
         self.flops_by_precision = dict(by_precision)
         regions = scheduler.regions
         self.sbuf_peak_bytes_per_partition = (program.sbuf_peak_bytes_per_partition

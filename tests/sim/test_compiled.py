@@ -1,0 +1,117 @@
+"""The compiled scheduler loop records exactly what the Python loop does (TRNSIM_SIM_LOOP=check).
+
+Check mode runs both loops on the same program and raises at the first record, DMA piece or
+final region time that differs by as much as one bit; these programs exercise every part of the
+loop: TensorE's two pipelines, the NC-v2 shared ports (and their pruning), DMA queues chosen and
+pinned, the DMA engine pool shared by overlapping transfers (and its pruning), small and large
+transfers.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.sim.helpers import builder
+from tests.sim.synthetic import tiled_matmul
+from trnsim.errors import InvalidArgumentError
+from trnsim.isa import (
+    Activation,
+    DmaCopy,
+    LoadStationary,
+    Memory,
+    MultiplyMoving,
+    TensorCopy,
+    TensorScalar,
+    TensorTensor,
+)
+from trnsim.sim import compiled, simulate
+
+
+@pytest.fixture(autouse=True)
+def _numba(monkeypatch):
+    assert compiled.kernel() is not None, "numba is part of the test extra"
+    monkeypatch.setenv(compiled.LOOP_ENV, "check")
+
+
+def _mixed(version: str, repeats: int, seed: int = 0):
+    """Vector/Scalar/GpSimd work between DMAs of several sizes, some on pinned queues."""
+    rng = np.random.default_rng(seed)
+    b = builder(version)
+    x = b.input("x", (128, 2048), "float32")
+    out = b.output("out", (128, 2048), "float32")
+    tiles = [b.tile((128, 512), "float32") for _ in range(4)]
+    low = b.tile((128, 512), "bfloat16")
+    for i in range(repeats):
+        width = int(rng.choice([8, 64, 512]))
+        parts = int(rng.choice([16, 64, 128]))
+        src = x.block((0, (i * 8) % 1536), (parts, width))
+        dst = dataclasses.replace(tiles[i % 2], partitions=parts, dims=((1, width),))
+        queue = int(rng.integers(0, 16)) if i % 5 == 0 else None
+        b.emit(DmaCopy(dst=dst, src=src, queue=queue),
+               TensorTensor(dst=tiles[2], in0=tiles[i % 2], in1=tiles[3], op="add"),
+               Activation(dst=tiles[3], src=tiles[2], func="exp"),
+               TensorScalar(dst=tiles[2], src=tiles[3], op0="multiply", operand0=0.5,
+                            engine="gpsimd"),
+               TensorCopy(dst=low, src=tiles[2]),
+               DmaCopy(dst=out.block((0, (i * 64) % 1536), (128, 512)), src=tiles[2]))
+    return b.build()
+
+
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_tiled_matmul_records_are_bit_identical(version):
+    program = tiled_matmul(512, 1024, 2048, core=version)
+    result = simulate(program, mode="timing")  # raises SimulationMismatchError on any difference
+    assert len(result.profile) == len(program.instructions)
+
+
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_ports_queues_and_the_engine_pool_are_bit_identical(version):
+    program = _mixed(version, 700)  # > 512 port bookings and > 256 DMA bookings: both prune
+    profile = simulate(program, mode="timing").profile
+    assert len(profile.moved_record) > len(program.instructions) // 6  # DMAs moved data
+
+
+def test_check_mode_fails_when_the_loops_differ(monkeypatch):
+    run = compiled.kernel()
+
+    def off_by_one_ulp(*args):
+        out = list(run(*args))
+        out[1] = np.nextafter(out[1], np.inf)  # starts
+        return tuple(out)
+
+    monkeypatch.setattr(compiled, "_KERNEL", off_by_one_ulp)
+    with pytest.raises(compiled.SimulationMismatchError, match="starts"):
+        simulate(tiled_matmul(128, 256, 1024), mode="timing")
+
+
+def test_a_multiply_with_no_stationary_raises_the_python_loops_error(monkeypatch):
+    monkeypatch.setenv(compiled.LOOP_ENV, "compiled")
+    b = builder()
+    moving = b.tile((128, 512), "bfloat16")
+    stationary = b.tile((128, 128), "bfloat16")
+    dst = b.tile((128, 512), "float32", memory=Memory.PSUM)
+    b.emit(TensorCopy(dst=moving, src=moving),
+           MultiplyMoving(dst=dst, moving=moving, stationary=stationary),
+           LoadStationary(src=stationary))
+    with pytest.raises(InvalidArgumentError, match="no stationary tile loaded"):
+        simulate(b.build(), mode="timing")
+
+
+def test_the_loop_choice_is_checked(monkeypatch):
+    monkeypatch.setenv(compiled.LOOP_ENV, "fastest")
+    with pytest.raises(InvalidArgumentError, match="TRNSIM_SIM_LOOP"):
+        simulate(tiled_matmul(128, 128, 512), mode="timing")
+
+
+def test_auto_loads_the_compiled_loop_once_the_python_loop_has_done_enough(monkeypatch):
+    monkeypatch.setenv(compiled.LOOP_ENV, "auto")
+    monkeypatch.setattr(compiled, "_KERNEL", None)  # not loaded yet in this "process"
+    monkeypatch.setattr(compiled, "_python_instructions", 0)
+    monkeypatch.setattr(compiled, "kernel", lambda: "loaded")
+    assert not compiled.use_compiled(compiled.COMPILED_FROM - 1)  # small: never worth it
+    assert not compiled.use_compiled(compiled.LOAD_AFTER // 2)
+    assert compiled._python_instructions == compiled.LOAD_AFTER // 2
+    assert compiled.use_compiled(compiled.LOAD_AFTER // 2)  # together they pay for loading
+    monkeypatch.setenv(compiled.LOOP_ENV, "python")
+    assert not compiled.use_compiled(10 * compiled.LOAD_AFTER)
