@@ -163,8 +163,12 @@ def _run_measured(cmd: list[str], cwd: Path, env: dict, out: Path,
         deadline = time.perf_counter() + timeout_s
         timed_out = False
         while True:
-            pid, _status, usage = os.wait4(proc.pid, os.WNOHANG)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
+                if os.WIFSIGNALED(status):  # e.g. the kernel's out-of-memory killer
+                    output_note = f"\nkilled by signal {os.WTERMSIG(status)}\n"
+                    with out.open("a") as tail:
+                        tail.write(output_note)
                 break
             if time.perf_counter() > deadline:
                 proc.kill()
