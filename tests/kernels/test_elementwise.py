@@ -101,3 +101,26 @@ def test_a_sliding_window_view_is_copied_row_by_row_not_transposed(rng):
     want = np.stack([x[:, :, k:k + 200, 0] for k in range(9)], axis=2)[..., None, None]
     np.testing.assert_array_equal(result.output, want)
     assert len(result.program.instructions) < 2000
+
+
+def test_merging_attention_heads_moves_whole_head_bands_per_transfer(rng):
+    """[b, h, s, d] read as [b, s, h, d] (attention's heads merged back): each block is
+    [s on partitions, h x d] in one DMA with two free axes, not [h, d] pieces on 4 partitions;
+    an elementwise op on such a view tiles the same way."""
+    x = rng.standard_normal((2, 4, 128, 64)).astype(np.float32)
+    y = rng.standard_normal((2, 128, 4, 64)).astype(np.float32)
+    view = dict(shape=(2, 128, 4, 64), strides=(4 * 128 * 64, 64, 128 * 64, 1))
+
+    def merge(out, x):
+        copy(out, hbm_view(x, view["shape"], view["strides"]))
+
+    def add(out, x, y):
+        elementwise(out, [hbm_view(x, view["shape"], view["strides"]), y],
+                    program=lambda t: nl.add(t[0], t[1]))
+
+    result = run(merge, [x], (2, 128, 256), "float32")
+    np.testing.assert_array_equal(result.output, x.transpose(0, 2, 1, 3).reshape(2, 128, 256))
+    assert len(result.program.instructions) <= 8
+    summed = run(add, [x, y], (2, 128, 4, 64), "float32")
+    assert_close(summed.output, x.transpose(0, 2, 1, 3) + y, "float32", rtol=0)
+    assert len(summed.program.instructions) <= 16

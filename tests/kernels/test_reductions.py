@@ -78,3 +78,17 @@ def test_topk_matches_reference(rng, shape, axis, k, largest):
     assert np.array_equal(values.output, want_values)
     assert np.array_equal(index.output, want_index)
     assert np.array_equal(np.take_along_axis(x, index.output.astype(np.int64), axis), values.output)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "any"])
+def test_whole_tensor_reduce_spreads_over_partitions(rng, op):
+    """A reduction of everything to one value uses all 128 partitions, then the partials: the
+    answer is unchanged and VectorE's time is a fraction of one partition's sweep."""
+    x = rng.standard_normal((4, 128, 256)).astype(np.float32)
+    if op == "any":
+        x = (x > 3.5).astype(np.float32)
+    want = ref.reduce(op, x, (0, 1, 2), False, dtype("float32"), 1)
+    result = run(reduce, [x], (), "float32", op=op, axes=(0, 1, 2), keepdim=False)
+    assert_close(result.output, want, "float32", rtol=1e-4)
+    one_row = run(reduce, [x.reshape(1, -1)[:, :511]], (), "float32", op=op, axes=(1,))
+    assert result.profile.total_ns < 4 * one_row.profile.total_ns

@@ -154,7 +154,7 @@ def test_bucketed_all_reduces_overlap_the_backward(overlap_runs):
     waited = on["collectives_total_ms"] - on["collectives_overlapped_ms"]
     assert off["phase_ms"]["collectives"] - on["phase_ms"]["collectives"] == pytest.approx(
         on["collectives_overlapped_ms"])  # the same graph: only the wait differs
-    assert on["phase_ms"]["collectives"] >= waited
+    assert on["phase_ms"]["collectives"] >= waited - 1e-9  # (plus the engines' scaling)
     assert overlap_runs["1"]["params"] == overlap_runs["0"]["params"]  # timing only
 
 

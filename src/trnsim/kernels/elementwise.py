@@ -52,7 +52,10 @@ def _blocked(out: Tile, views: Sequence[Tile], compute: Callable[[list[Tile]], T
     """For each 2-D block: load every view, compute (or copy the single view), store."""
     evictor = evictor or Evictor()
     chunk = column_chunk(max(itemsize(out.dtype), 4), len(views) + 2)
-    for problem in problems_2d(out.shape, [out, *views]):
+    for problem in problems_2d(out.shape, [out, *views], banded=True):
+        if problem[0].ndim == 3:
+            _banded(problem[0], problem[1:], compute, out.dtype, chunk)
+            continue
         out2, ins2 = problem[0], problem[1:]
         rows, cols = out2.shape
         blocks = [(r0, rr, c0, cw) for r0, rr in tiles(rows, P) for c0, cw in tiles(cols, chunk)]
@@ -73,6 +76,32 @@ def _blocked(out: Tile, views: Sequence[Tile], compute: Callable[[list[Tile]], T
                 else:  # a program that folded to a constant
                     stage[0:rr] = nisa.memset((rr, cw), float(result), out.dtype)
             nl.store(out2[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])
+
+
+def _banded(out3: Tile, ins3: Sequence[Tile], compute, dtype, chunk: int) -> None:
+    """One [rows, a, b] problem: blocks of whole b-runs, each one DMA per operand with two free
+    axes, computed on as [rows, a' * b] tiles."""
+    rows, a_size, b_size = out3.shape
+    per = max(1, chunk // b_size)
+    blocks = [(r0, rr, a0, aw) for r0, rr in tiles(rows, P) for a0, aw in tiles(a_size, per)]
+    for i in nl.affine_range(len(blocks)):
+        r0, rr, a0, aw = blocks[i]
+        cw = aw * b_size
+        stage = nl.ndarray((P, cw), dtype=dtype, buffer=nl.sbuf)
+        if compute is None:  # a copy: DMA in and out
+            load_block(stage[0:rr], ins3[0][r0:r0 + rr, a0:a0 + aw, :])
+        else:
+            loaded = []
+            for view in ins3:
+                tile = nl.ndarray((P, cw), dtype=view.dtype, buffer=nl.sbuf)
+                load_block(tile[0:rr], view[r0:r0 + rr, a0:a0 + aw, :])
+                loaded.append(tile[0:rr])
+            result = compute(loaded)
+            if isinstance(result, Tile):
+                stage[0:rr] = result
+            else:
+                stage[0:rr] = nisa.memset((rr, cw), float(result), dtype)
+        nl.store(out3[r0:r0 + rr, a0:a0 + aw, :], value=stage[0:rr].reshape((rr, aw, b_size)))
 
 
 def copy(out: Tile, x: Tile) -> None:

@@ -286,13 +286,18 @@ def numel(shape: Sequence[int]) -> int:
 
 # --- 2-D tiling of N-D element-wise work --------------------------------------------------------
 
-def problems_2d(shape: Sequence[int], views: Sequence[Tile]) -> list[list[Tile]]:
+def problems_2d(shape: Sequence[int], views: Sequence[Tile], banded: bool = False
+                ) -> list[list[Tile]]:
     """Cut same-shape HBM views (already broadcast to `shape`) into 2-D [rows, cols] problems.
 
     Dense operands that share strides become [128, numel / 128] (+ a [1, rest] tail): every
     partition gets one contiguous run, whatever the tensor's shape. Otherwise the axes are split
     into looped outer axes, rows and columns, choosing the split that keeps the most partitions
     and the longest rows while every operand's rows and columns stay single strided axes.
+    With `banded`, the columns may also be two strided axes ([rows, a, b] problems: a DMA access
+    pattern has several free axes), when that moves more per transfer: attention's heads merged
+    back into the hidden axis, [b, s, h, d] read from [b, h, s, d], are then [s, h, d] blocks
+    instead of [h, d] ones (128 partitions instead of 16, 16x fewer transfers).
     """
     shape = tuple(int(s) for s in shape)
     total = numel(shape)
@@ -320,14 +325,64 @@ def problems_2d(shape: Sequence[int], views: Sequence[Tile]) -> list[list[Tile]]
                 best = (score, k, s)
     if best is None:  # cannot happen: k = rank - 1 always merges
         raise InvalidArgumentError(f"cannot tile views of shape {list(shape)}")
-    _, k, s = best
     import numpy as np
 
+    band = _best_band(shape, views, best[0]) if banded else None
+    if band is not None:
+        k, s, t = band
+        return [[_grouped(v[key] if key else v, (s - k, t - k)) for v in views]
+                for key in (tuple(int(i) for i in index)
+                            for index in (np.ndindex(*shape[:k]) if k else [()]))]
+    _, k, s = best
     out = []
     for index in (np.ndindex(*shape[:k]) if k else [()]):
         key = tuple(int(i) for i in index)
         out.append([merged(v[key] if key else v, s - k) for v in views])
     return out
+
+
+def _grouped(view: Tile, bounds: tuple[int, int]) -> Tile | None:
+    """`view` as [rows, a, b]: axes [:bounds[0]], [bounds[0]:bounds[1]] and [bounds[1]:] each
+    merged into one strided axis (none of stride 0), or None."""
+    shape, strides = view.shape, hbm_strides(view)
+    edges = (0, *bounds, len(shape))
+    sizes, steps = [], []
+    for lo, hi in itertools.pairwise(edges):
+        total, step = 1, None
+        for size, st in reversed(list(zip(shape[lo:hi], strides[lo:hi], strict=True))):
+            if size == 1:
+                continue
+            if step is None:
+                step = st
+            elif st != step * total:
+                return None
+            total *= size
+        if total > 1 and step == 0:
+            return None
+        sizes.append(total)
+        steps.append(step if step is not None else 1)
+    return hbm_view(view, tuple(sizes), tuple(steps))
+
+
+def _best_band(shape: tuple[int, ...], views: Sequence[Tile], flat_score: tuple
+               ) -> tuple[int, int, int] | None:
+    """(loop axes, row axes end, band split) of the best [rows, a, b] tiling, if it beats the
+    best 2-D one's score."""
+    rank = len(shape)
+    best = None
+    for k in range(rank):
+        for s in range(k + 1, rank):
+            for t in range(s + 1, rank):
+                rows, a, b = numel(shape[k:s]), numel(shape[s:t]), numel(shape[t:])
+                if a == 1 or b == 1:
+                    continue
+                probe = [v[(0,) * k] if k else v for v in views]
+                if any(_grouped(p, (s - k, t - k)) is None for p in probe):
+                    continue
+                score = (min(rows, P) * min(a * b, 4096), -k)
+                if score > flat_score and (best is None or score > best[0]):
+                    best = (score, k, s, t)
+    return None if best is None else best[1:]
 
 
 def row_problems(views: Sequence[Tile], kept: int) -> list[list[Tile]]:

@@ -86,6 +86,8 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
         dense = nl.ndarray(tuple(view.shape), dtype=view.dtype, buffer=nl.hbm)
         copy(dense, view)
         view = dense
+    if _split_over_partitions(out, view, kept, op, x, prologue):
+        return
     kept_shape = view.shape[:kept]
     out_view = hbm_view(out, kept_shape or (1,), [s for i, s in enumerate(hbm_strides(out))
                                                   if not (keepdim and i in axes)] or [1])
@@ -103,6 +105,34 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
                 _transposed(columns, out_rows, reducer)
             else:
                 _direct(columns, out_rows, reducer)
+
+
+# A whole-tensor reduction of at least this many elements per partition is spread over all
+# partitions first (one row on one partition would leave 127 of VectorE's lanes idle).
+SPLIT_MIN_COLUMNS = 512
+_SPLITTABLE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "any": "any",
+               "all": "all"}
+
+
+def _split_over_partitions(out: Tile, view: Tile, kept: int, op: str, x: Tile,
+                           prologue: Callable | None) -> bool:
+    """out = op over all of a dense tensor in two stages: [128, n/128] rows reduced on every
+    partition into 128 partials (fp32, in HBM), then the partials (a mean of equal-sized
+    groups' means is the mean). Returns False when the shape does not call for it."""
+    count = numel(view.shape)
+    if kept or op not in _SPLITTABLE or x.dtype_spec.is_int or count % P \
+            or count // P < SPLIT_MIN_COLUMNS:
+        return False
+    flat = merged(view, 0)
+    if flat is None:
+        return False
+    step = hbm_strides(flat)[1]
+    rows = hbm_view(flat, (P, count // P), (step * (count // P), step))
+    partials = nl.ndarray((P,), dtype=nl.float32, buffer=nl.hbm)
+    with kernel_scope("reduce"):
+        reduce(partials, rows, op=op, axes=(1,), prologue=prologue)
+    reduce(hbm_view(out, (1,), (1,)), partials, op=_SPLITTABLE[op], axes=(0,))
+    return True
 
 
 def check_fp32_exact(x: Tile) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from trnsim.compiler.ir import Graph, Node, Rewriter
-from trnsim.compiler.passes.match import is_number, operand_pairs
+from trnsim.compiler.passes.match import is_number, is_transpose_last2, operand_pairs
 
 
 def fold_views(graph: Graph) -> Graph:
@@ -144,5 +144,30 @@ def _match_silu(node: Node) -> Node | None:
     return None
 
 
+def transpose_products(graph: Graph) -> Graph:
+    """(A @ B)^T -> B^T @ A^T when the product is read only transposed: autograd's weight
+    gradient of a linear layer is ``mm(x^T, dy)^T``. TensorE takes either operand transposed for
+    free (fuse_matmul folds the transposes into the kernel), so the product is computed in the
+    layout its reader wants instead of being transposed afterwards (XLA's algebraic simplifier
+    rewrites transpose(dot) the same way)."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        x = node.inputs[0] if node.inputs else None
+        if (is_transpose_last2(node) and x is not None and x.op == "matmul"
+                and id(x) not in outputs and users[x] == [node]
+                and x.inputs[0].rank == x.inputs[1].rank == node.rank):
+            a, b = (rw.get(i) for i in x.inputs)
+            dims = tuple(node.attrs["dims"])
+            bt = rw.emit("permute", [b], {"dims": dims}, source=x.source)
+            at = rw.emit("permute", [a], {"dims": dims}, source=x.source)
+            rw.replace(node, rw.emit("matmul", [bt, at], dict(x.attrs), source=x.source))
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
 def canonicalize(graph: Graph) -> Graph:
-    return fold_views(recognize_activations(global_pools_to_means(fold_views(graph))))
+    return fold_views(transpose_products(recognize_activations(global_pools_to_means(
+        fold_views(graph)))))

@@ -11,6 +11,10 @@ Every view node (reshape/permute/expand/slice) gets ``fold`` and ``access``: "al
 its base's bytes in order (a free reshape), "dma" if one DMA access pattern (a partition axis
 plus up to `DMA_FREE_DIMS` strided free axes) can read it in place, else "copy" (materialised
 by a copy kernel). ``access`` is (element offset, ((stride, size), ...)) into the base buffer.
+A transposing view (its innermost axis strided, another axis contiguous: a weight gradient
+``mm(x^T, dy)^T``, a key's gradient) read in place by anything but TensorE would cost one DMA
+descriptor per element; it is materialised instead (the copy kernel transposes 128 x 128 blocks
+on TensorE), once for all its readers.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ def choose_stationary(m: int, n: int, core) -> str:
 def choose_layout(graph: Graph, core) -> Graph:
     rw = Rewriter(graph)
     access: dict[int, tuple[int, tuple[tuple[int, int], ...], Node]] = {}
+    users = graph.users()
+    outputs = {id(n) for n in graph.outputs}
     for node in graph.nodes:
         ins = rw.operands(node)
         if node.op == "k.matmul":
@@ -48,6 +54,9 @@ def choose_layout(graph: Graph, core) -> Graph:
             rw.keep(node, attrs=attrs)
         elif node.op in VIEWS:
             fold, pattern = _view_access(node, ins[0], access)
+            if fold == "dma" and _transposing(pattern[1]) and (id(node) in outputs or any(
+                    u.op not in TRANSPOSING_READERS for u in users[node])):
+                fold = "copy"
             attrs = {**node.attrs, "fold": fold, "access": pattern[:2]}
             new = rw.keep(node, attrs=attrs)
             if fold != "copy":
@@ -55,6 +64,17 @@ def choose_layout(graph: Graph, core) -> Graph:
         else:
             rw.keep(node)
     return rw.finish()
+
+
+# Kernels that read a transposing view well: TensorE takes either operand's layout (k.matmul),
+# a view's own fold is judged when it is laid out (views)
+TRANSPOSING_READERS = ("k.matmul", *VIEWS)
+
+
+def _transposing(dims: tuple[tuple[int, int], ...]) -> bool:
+    """The innermost axis of size > 1 is strided while another axis is contiguous."""
+    moving = [(stride, size) for stride, size in dims if size > 1]
+    return bool(moving) and moving[-1][0] != 1 and any(st == 1 for st, _ in moving)
 
 
 def _contiguous(shape: tuple[int, ...]) -> list[int]:
