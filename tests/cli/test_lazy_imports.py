@@ -40,3 +40,14 @@ def test_commands_without_a_model_do_not_import_torch(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cli_and_the_bench_result_cache_load_no_simulator():
+    """A warm `trnsim bench` reads cached results: the CLI, the bench and the cache's location
+    load neither the simulator, the ISA, the NKI front end nor torch (half its import time)."""
+    child = ("import sys, trnsim.cli, trnsim.perf.bench, trnsim.compiler.cache; "
+             "print(sorted(m for m in ('torch', 'trnsim.sim', 'trnsim.isa', 'trnsim.nki') "
+             "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

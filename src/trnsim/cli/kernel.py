@@ -7,7 +7,6 @@ import json
 import typer
 
 from trnsim.cli.app import app, console, report_width
-from trnsim.nki.files import load_kernel, parse_shapes, random_inputs
 
 kernel_app = typer.Typer(help="Run NKI kernels on a simulated NeuronCore.", no_args_is_help=True)
 app.add_typer(kernel_app, name="kernel", help="Run NKI kernels on a simulated NeuronCore (kernel run).")
@@ -39,6 +38,7 @@ def run_command(
     """Run KERNEL on random inputs; print its inputs, latency and where the time went."""
     from trnsim import hardware
     from trnsim.cli import checks
+    from trnsim.nki.files import load_kernel, parse_shapes, random_inputs  # not for other commands
     from trnsim.nki.typing import TensorSpec
     from trnsim.sim import write_trace
 

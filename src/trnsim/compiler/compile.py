@@ -22,13 +22,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trnsim.compiler.cache import COMPILE_LOCK, cache_dir, cache_key, lower_cached
 from trnsim.compiler.options import CompileOptions
 from trnsim.errors import CoresUnavailableError, UnsupportedError
-from trnsim.sim.execution_plan import ExecutionPlan, PlanFabric, PlannedCore, TensorSpec
-from trnsim.sim.sync import CoreSlot
+
+if TYPE_CHECKING:  # the plan's classes are imported when a compile runs: importing the
+    # compiler (its options, its cache's location) does not load the simulator
+    from trnsim.sim.execution_plan import ExecutionPlan, PlanFabric
 
 
 def compile(model: Any, example_inputs: Any, options: CompileOptions, *,
@@ -58,7 +60,9 @@ def compile_graph(graph, options: CompileOptions, *, visible: list[int] | None =
 def _compile(graph, options: CompileOptions, visible: list[int] | None, workdir: str | None,
              timings: dict[str, float]) -> ExecutionPlan:
     from trnsim.compiler.passes import run_pipeline
+    from trnsim.sim.execution_plan import ExecutionPlan, PlannedCore
     from trnsim.sim.placement import place_copies  # loads the collectives model
+    from trnsim.sim.sync import CoreSlot
 
     spec = options.spec
     physical = physical_cores(options)
@@ -114,6 +118,7 @@ def _fabric(options: CompileOptions, ranks: int) -> tuple[PlanFabric, tuple[int,
     """Tensor-parallel ranks talk through collectives: place them on the instance's fabric, and
     refuse, before lowering, an instance whose fabric trnsim does not model (Inferentia's
     neuron-cc pipelines across cores instead). Returns the fabric and each rank's chip."""
+    from trnsim.sim.execution_plan import PlanFabric
     from trnsim.sim.placement import place_ranks
 
     spec = options.spec
@@ -132,7 +137,9 @@ def _compile_pipelined(graph, options: CompileOptions, visible: list[int],
     from trnsim.compiler.lowering.onchip import cache_weights
     from trnsim.compiler.passes import run_pipeline
     from trnsim.compiler.passes.pipeline import split_stages
+    from trnsim.sim.execution_plan import ExecutionPlan, PlannedCore
     from trnsim.sim.placement import place_copies
+    from trnsim.sim.sync import CoreSlot
 
     spec = options.spec
     core = spec.chip.core
@@ -181,6 +188,8 @@ def _compile_pipelined(graph, options: CompileOptions, visible: list[int],
 
 def _specs(graph, input_names: list[str], output_names: list[str]):
     """The model's input and output specs, named as the program (or the stages) call them."""
+    from trnsim.sim.execution_plan import TensorSpec
+
     inputs = [TensorSpec(name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
               for name, n in zip(input_names, graph.inputs, strict=True)]
     out_dtypes = graph.meta.get("output_torch_dtypes") or [None] * len(graph.outputs)

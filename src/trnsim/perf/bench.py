@@ -231,7 +231,7 @@ def _source_digest() -> str:
 
 
 def _result_path(key: str) -> Path | None:
-    from trnsim.runtime.compile import cache_dir
+    from trnsim.compiler.cache import cache_dir  # not runtime.compile: it loads the simulator
 
     root = cache_dir()
     return root / f"bench-{key}.json" if root is not None else None
@@ -251,7 +251,7 @@ def cached_result(key: str | None) -> BenchResult | None:
 
 
 def _store_result(key: str, result: BenchResult) -> None:
-    from trnsim.runtime.compile import write_json
+    from trnsim.compiler.cache import write_json
 
     path = _result_path(key)
     if path is not None:

@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from trnsim.sim.engines import DMA_BASE, engine_name
-
 
 @dataclass
 class KernelTime:
@@ -93,6 +91,8 @@ def bound_fractions(profile) -> dict[str, float]:
     total = profile.total_ns
     if total <= 0:
         return {"tensor": 0.0, "dma": 0.0, "other": 0.0}
+    from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
+
     codes = profile.stream
     names = np.array([engine_name(int(c)) for c in np.unique(codes)])
     unique = np.unique(codes)
@@ -111,6 +111,8 @@ def kernel_times(profile) -> list[KernelTime]:
     """Per kernel (instruction label): span, TensorE busy time, DMA bytes, FLOPs; kernels in the
     order their first instruction ran. Grouped with numpy: a 7B model's decode step runs about
     two million instructions in 600 kernels."""
+    from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
+
     program = profile.program
     pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
     codes: dict[str, int] = {}
