@@ -86,6 +86,7 @@ def _env(pythonpath: list[Path]) -> dict:
     # the suites use only their own conftest: pytest plugins installed alongside trnsim (its
     # test extra's hypothesis) would add ~1.5 CPU s of import and assertion rewriting per file
     env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    env["PYTHONUNBUFFERED"] = "1"  # a killed process's finished tests are still in its output
     env["PYTHONPATH"] = os.pathsep.join(
         [str(p) for p in pythonpath] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
@@ -123,12 +124,10 @@ def run_file(suite: str, path: Path, cwd: Path, extra_args: list[str], pythonpat
                   "cpu_seconds": round(cpu_seconds, 1), "failures": [], "excluded": []}
         partial = output if timed_out else None
         if partial is not None:
-            return _timed_out(result, partial, timeout_s)
-        if not report.exists():
-            result["errors"] = 1
+            return _cut_short(result, partial, f"timed out after {timeout_s} s; later tests not run")
+        if not report.exists():  # killed (out of memory), or pytest could not start
             tail = output.strip().splitlines()[-3:]
-            result["failures"].append({"test": "<file>", "reason": " | ".join(tail)[:300]})
-            return result
+            return _cut_short(result, output, " | ".join(tail)[:300])
         for case in ET.parse(report).getroot().iter("testcase"):
             name = case.get("name", "")
             bad = case.find("failure")
@@ -180,8 +179,9 @@ def _run_measured(cmd: list[str], cwd: Path, env: dict, out: Path,
     return out.read_text(errors="replace"), usage.ru_utime + usage.ru_stime, timed_out
 
 
-def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
-    """Count the tests pytest finished before the file's timeout; the one running is an error."""
+def _cut_short(result: dict, output: str, reason: str) -> dict:
+    """Count the tests pytest reported finished before the process ended without its report
+    (timeout, a kill); the rest of the process's tests count as one error, with the reason."""
     for line in output.splitlines():
         match = re.match(r"^\S+::(\S+) (PASSED|FAILED|ERROR|SKIPPED)", line)
         if match:
@@ -191,8 +191,7 @@ def _timed_out(result: dict, output: str, timeout_s: float) -> dict:
             if key in ("failed", "errors"):
                 result["failures"].append({"test": match.group(1), "reason": "see pytest output"})
     result["errors"] += 1
-    result["failures"].append({"test": "<rest of file>",
-                               "reason": f"timed out after {timeout_s} s; later tests not run"})
+    result["failures"].append({"test": "<rest of process>", "reason": reason})
     return result
 
 
