@@ -177,6 +177,15 @@ def test_long_contraction_rows_are_transposed_in_hbm_first():
     assert internal == [(10240, 768)]
 
 
+def test_a_vocabulary_long_contraction_keeps_fewer_than_512_columns_resident():
+    """A language model head's input gradient contracts over the vocabulary: K = 30522 is 239
+    K tiles, so not even one 512-column PSUM bank of b fits SBUF resident; the kernel keeps
+    128-column multiples resident instead of failing (it raised an SBUF overflow)."""
+    result = run(matmul, [ArraySpec((256, 30522), "bfloat16"),
+                          ArraySpec((30522, 512), "bfloat16")], (256, 512), "bfloat16")
+    assert result.profile.total_ns > 0
+
+
 def test_streamed_blocks_shrink_to_what_fragmented_sbuf_holds():
     """Other tiles can split SBUF's free space (the plan counts only how much is free): the
     streamed buffers narrow until they fit, instead of failing the model's compile. Here the

@@ -66,6 +66,8 @@ def test_step_report_splits_device_time_and_counts_hbm(lazy):
     assert report["throughput"] == pytest.approx(8 / (report["step_ms"] * 1e-3))
     weights = (16 * 32 + 32 + 32 * 4 + 4) * 4
     assert report["hbm"]["weights_bytes"] == weights
+    # the script frees the gradients (zero_grad) before mark_step: they still held HBM
+    assert report["hbm"]["gradients_bytes"] == weights
     assert report["hbm"]["activations_bytes"] > 0
 
 

@@ -161,8 +161,11 @@ def choose_plan(rows: int, cols: int, k: int, lhs: Operand, rhs: Operand, comput
         resident_budget = min(resident_budget, budget - buffers * kt * P
                               * compute_bytes)
     if rhs_bytes > resident_budget:
-        super_block = max(BANK_FP32, resident_budget // (kt * compute_bytes)
-                          // BANK_FP32 * BANK_FP32)
+        fitting = resident_budget // (kt * compute_bytes)
+        # whole PSUM banks when at least one fits; a contraction as long as a vocabulary
+        # (K = 30522: 239 K tiles) leaves room for fewer columns, in whole 128-column tiles
+        super_block = (fitting // BANK_FP32 * BANK_FP32 if fitting >= BANK_FP32
+                       else max(P, fitting // P * P))
         if not lhs.k_major and super_block < cols:
             raise NeedsKMajor("L would be re-streamed, and re-transposed, once per R super-block")
     resident = kt * min(super_block, cols) * compute_bytes

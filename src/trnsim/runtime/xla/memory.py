@@ -99,6 +99,10 @@ def hbm_use(graph: StepGraph, instance, params: list | None = None) -> HbmUse:
     registered; state is what the optimizers that stepped hold)."""
     params = params if params is not None else [t for t in list(LIVE)
                                                 if t.requires_grad and t.grad_fn is None]
+    # a parameter an optimizer stepped had a gradient buffer during the step, even if the
+    # script freed it (`zero_grad()` sets .grad to None) before `mark_step` cut the graph
+    stepped = {id(q) for opt in list(OPTIMIZERS) for group in opt.param_groups
+               for q in group["params"]}
     seen: set[int] = set()
     weights = grads = 0
     for p in params:
@@ -108,6 +112,8 @@ def hbm_use(graph: StepGraph, instance, params: list | None = None) -> HbmUse:
         weights += _bytes(p)
         if p.grad is not None:
             grads += _bytes(p.grad)
+        elif id(p) in stepped:
+            grads += _bytes(p)
     state = 0
     for opt in list(OPTIMIZERS):
         for per_param in opt.state.values():
