@@ -101,7 +101,26 @@ def test_kv_heads_are_replicated_over_more_ranks_than_heads():
     assert k_proj and all(c.shape == (16, 128) and c.shard.chunks == 2 for c in k_proj)
     attention = [n for n in graph.nodes if n.op == "k.attention"]
     assert all(n.attrs["batch"] == (2, 1) and n.attrs["sq"] == 1 for n in attention)
-    # the cache input's cached positions: each rank reads its KV head's rows only
-    reads = [n for n in graph.nodes if n.op == "k.gather" and n.attrs["kind"] == "index_select"]
-    assert len(reads) == 2 and all(n.shape[1] == 1 for n in reads)
+    # the KV cache inputs: each rank is given (and updates in place) its KV head's chunk only
+    caches = [n for n in graph.inputs if n.name.startswith("past_")]
+    assert len(caches) == 2 and all(n.shape == (2, 1, 8, 16) and n.attrs["tp_shard"]
+                                    == (1, 8, 1, 2, None) for n in caches)
+    assert not any(n.op == "k.gather" and n.attrs["kind"] == "index_select"
+                   for n in graph.nodes)
     assert _collectives(graph) == ["all_reduce"] * 2 + ["all_gather"]
+
+
+def test_a_model_with_its_kv_cache_split_saves_and_loads(tmp_path):
+    """The artifact records how each rank's cache chunk is cut from the caller's cache."""
+    import trnsim
+    from trnsim.compiler.decode_step import decode_step
+
+    step, inputs = decode_step(_llama(heads=6, kv_heads=6, intermediate=102), batch=1,
+                               context=7)
+    compiled = trnsim.trace(step, (), kwargs=inputs, instance="trn1.32xlarge",
+                            tensor_parallel=4, auto_cast="none")
+    assert [s.shard for s in compiled.inputs[1:]] == [(1, 4, 1, 4, 8)] * 2
+    assert compiled.inputs[1].shape == (1, 6, 8, 16)
+    loaded = trnsim.load(compiled.save(tmp_path / "decode.trnsim"))
+    assert loaded.inputs == compiled.inputs
+    np.testing.assert_array_equal(loaded(**inputs).numpy(), compiled(**inputs).numpy())

@@ -157,17 +157,10 @@ class Shard(NamedTuple):
                           f"{self.degree} ranks")
 
     def chunk(self, data: np.ndarray, rank: int) -> np.ndarray:
-        """Rank `rank`'s chunk of the whole `data`."""
-        axis, groups = self.axis, self.groups
-        parts = data.reshape(*data.shape[:axis], groups, -1, *data.shape[axis + 1:])
-        if self.padded is not None:
-            width = [(0, 0)] * parts.ndim
-            width[axis + 1] = (0, self.padded // groups - parts.shape[axis + 1])
-            parts = np.pad(parts, width)
-        size = parts.shape[axis + 1] // self.chunks
-        index = rank * self.chunks // self.degree
-        chunk = parts[(slice(None),) * (axis + 1) + (slice(index * size, (index + 1) * size),)]
-        return chunk.reshape(*data.shape[:axis], groups * size, *data.shape[axis + 1:])
+        """Rank `rank`'s chunk of the whole `data` (the runtime cuts a sharded input alike)."""
+        from trnsim.sim.execution_plan import rank_chunk
+
+        return rank_chunk(data, tuple(self), rank)
 
 
 class Graph:

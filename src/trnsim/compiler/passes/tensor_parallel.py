@@ -83,14 +83,20 @@ def tensor_parallel(graph: Graph, degree: int, *, min_shard_bytes: int | None = 
     if degree < 1:
         raise IRError(f"tensor parallel degree {degree} must be >= 1")
     limit = MIN_SHARD_BYTES if min_shard_bytes is None else min_shard_bytes
-    out = _Sharder(graph, degree, limit).run()
+    sharder = _Sharder(graph, degree, limit)
+    out = sharder.run()
+    held = sharder.inputs_read_as_chunks()
+    if held:  # again, with those inputs held as chunks by the ranks from the start
+        out = _Sharder(graph, degree, limit, held).run()
     out.meta["tensor_parallel"] = degree
     return out
 
 
 class _Sharder:
-    def __init__(self, graph: Graph, degree: int, min_shard_bytes: int) -> None:
+    def __init__(self, graph: Graph, degree: int, min_shard_bytes: int,
+                 held: dict[int, Split] | None = None) -> None:
         self.old = graph
+        self.held = held or {}  # old input id -> the chunk each rank is given of it
         self.degree = degree
         self.min_shard_bytes = min_shard_bytes
         self.rw = Rewriter(graph)
@@ -100,6 +106,7 @@ class _Sharder:
         self.gathered: dict[int, Node] = {}  # old node id -> its all-gathered (replicated) value
         self.shards: dict[tuple, Node] = {}  # (old constant id, shard) -> sharded constant
         self.selected: dict[tuple, Node] = {}  # (old node id, split) -> its rank's chunk
+        self._by_id = {id(n): n for n in graph.nodes}
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
@@ -109,7 +116,9 @@ class _Sharder:
                     "permute": self._permute, "slice": self._slice, "expand": self._expand}
         for node in self.old.nodes:
             handler = handlers.get(node.op)
-            if node.op in LEAVES:
+            if id(node) in self.held:
+                self._held_input(node, self.held[id(node)])
+            elif node.op in LEAVES:
                 self._set(node, self.rw.keep(node), None)
             elif handler is None or not handler(node):
                 self._replicated_op(node)
@@ -216,6 +225,42 @@ class _Sharder:
                 {"kind": "index_select", "axis": s.axis, "dtype": old.dtype.name},
                 source=old.source, name=f"{old.name}_local")
         return found
+
+    def inputs_read_as_chunks(self) -> dict[int, Split]:
+        """Inputs every rank reads only its chunk of (a decode step's KV cache: its cached
+        positions sliced, then read as the rank's heads): given to each rank as that chunk,
+        the cache lives split over the ranks, as transformers-neuronx keeps it, and is updated
+        in place where it is read."""
+        chunks: dict[int, set] = {}
+        for old_id, split in self.selected:
+            node = self._by_id[old_id]
+            while node.op == "slice" and node.attrs["axis"] != split.axis:
+                node = node.inputs[0]
+            if node.op == "input":
+                chunks.setdefault(id(node), set()).add((old_id, split))
+        held = {}
+        for node in self.old.inputs:
+            reads = chunks.get(id(node), set())
+            if not reads or id(node) in self.outputs or len({s for _, s in reads}) != 1:
+                continue
+            selected = {old_id for old_id, _ in reads}
+            if all(self._only_read_through(user, selected) for user in self.users[node]):
+                held[id(node)] = next(iter(reads))[1]
+        return held
+
+    def _only_read_through(self, node: Node, selected: set[int]) -> bool:
+        if id(node) in selected:
+            return True
+        return node.op == "slice" and id(node) not in self.outputs and bool(self.users[node]) \
+            and all(self._only_read_through(u, selected) for u in self.users[node])
+
+    def _held_input(self, node: Node, s: Split) -> None:
+        shape = list(node.shape)
+        shape[s.axis] = (s.padded or shape[s.axis]) // s.parts
+        new = self.rw.keep(node, attrs={**node.attrs, "shape": tuple(shape),
+                                        "whole_shape": tuple(node.shape),
+                                        "tp_shard": (s.axis, self.degree, 1, s.parts, s.padded)})
+        self._set(node, new, s)
 
     def _splits(self, old: Node, axis: int, s: Split | None = None) -> bool:
         """Whether constant `old` can be cut along `axis` as `s` cuts a value (plain if None)."""
