@@ -190,7 +190,8 @@ def _specs(graph, input_names: list[str], output_names: list[str]):
     """The model's input and output specs, named as the program (or the stages) call them."""
     from trnsim.sim.execution_plan import TensorSpec
 
-    inputs = [TensorSpec(name, n.shape, n.dtype.name, n.attrs.get("torch_dtype"))
+    inputs = [TensorSpec(name, tuple(n.attrs.get("whole_shape", n.shape)), n.dtype.name,
+                         n.attrs.get("torch_dtype"), n.attrs.get("tp_shard"))
               for name, n in zip(input_names, graph.inputs, strict=True)]
     out_dtypes = graph.meta.get("output_torch_dtypes") or [None] * len(graph.outputs)
     outputs = [TensorSpec(name, n.shape, n.dtype.name, td)

@@ -23,6 +23,7 @@ from trnsim.compiler.ir import Graph, Node
 from trnsim.compiler.ops import BINARY_ARITH, BINARY_BITS, COMPARE, UNARY_FLOAT, UNARY_SAME
 from trnsim.errors import InvalidArgumentError
 from trnsim.numerics import DType, cast
+from trnsim.sim.execution_plan import rank_chunk
 
 Eval = Callable[[Node, list[np.ndarray], Graph], np.ndarray]
 EVAL: dict[str, Eval] = {}
@@ -46,8 +47,11 @@ def evaluate(graph: Graph, inputs: Sequence[Any]) -> list[np.ndarray]:
     keep = {id(o) for o in graph.outputs}
     envs: list[dict[int, np.ndarray]] = [{} for _ in range(ranks)]
     for node, value in zip(graph.inputs, inputs, strict=True):
-        for env in envs:
-            env[id(node)] = store(_as_numpy(value), node.dtype)
+        shard = node.attrs.get("tp_shard")  # each rank holds its chunk of a sharded input
+        for rank, env in enumerate(envs):
+            data = _as_numpy(value)
+            env[id(node)] = store(data if shard is None else rank_chunk(data, shard, rank),
+                                  node.dtype)
     for i, node in enumerate(graph.nodes):
         if node.op == "k.collective":
             values = _collective(node, [env[id(node.inputs[0])] for env in envs])

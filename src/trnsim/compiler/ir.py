@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,18 +77,17 @@ class Constant:
     dtype: DType
     origin: str = "folded"  # "parameter" | "buffer" | "folded" | the model's state-dict key
     pending: DType | None = None
-    # (axis, degree, groups): under tensor parallelism `data` is cut along `axis` into `groups`
-    # equal parts (a fused Q/K/V weight: 3) and rank r holds the r-th of `degree` equal chunks of
-    # each part; the node's shape is the rank's. None: every rank holds all of it.
-    shard: tuple[int, int, int] | None = None
+    # Under tensor parallelism, how `data` is cut over the ranks (`Shard`); the node's shape is
+    # the rank's. None: every rank holds all of it.
+    shard: Shard | None = None
 
     @property
     def shape(self) -> Shape:
         shape = tuple(self.data.shape)
         if self.shard is None:
             return shape
-        axis, degree, _ = self.shard
-        return (*shape[:axis], shape[axis] // degree, *shape[axis + 1:])
+        axis = self.shard.axis
+        return (*shape[:axis], self.shard.local(shape[axis]), *shape[axis + 1:])
 
     @property
     def nbytes(self) -> int:
@@ -99,11 +98,7 @@ class Constant:
         constant, rank `rank`'s chunk."""
         data = self.data
         if self.shard is not None:
-            axis, degree, groups = self.shard
-            parts = data.reshape(*data.shape[:axis], groups, -1, *data.shape[axis + 1:])
-            size = parts.shape[axis + 1] // degree
-            chunk = parts[(slice(None),) * (axis + 1) + (slice(rank * size, (rank + 1) * size),)]
-            data = chunk.reshape(self.shape)
+            data = self.shard.chunk(np.asarray(data), rank)
         if self.pending is None:
             return data
         return cast(data, self.pending, rounding="rne")
@@ -114,16 +109,58 @@ class Constant:
             return self
         return Constant(self.data, target, self.origin, target, self.shard)
 
-    def sharded(self, axis: int, degree: int, groups: int = 1) -> Constant:
-        """The same data split into `degree` chunks along `axis` (of each of `groups` parts),
-        one per rank."""
+    def sharded(self, axis: int, degree: int, groups: int = 1, parts: int | None = None,
+                padded: int | None = None) -> Constant:
+        """The same data split over `degree` ranks along `axis` (`Shard`)."""
         if self.shard is not None:
             raise IRError(f"constant {self.origin} is sharded already ({self.shard})")
-        if self.data.shape[axis] % (degree * groups):
-            raise IRError(f"constant {self.origin}{list(self.data.shape)} axis {axis} does not "
-                          f"split into {groups} x {degree} equal chunks")
-        return Constant(self.data, self.dtype, self.origin, self.pending,
-                        (int(axis), int(degree), int(groups)))
+        shard = Shard(int(axis), int(degree), int(groups), int(parts or degree),
+                      None if padded is None else int(padded))
+        shard.check(self.data.shape[axis], f"constant {self.origin}{list(self.data.shape)}")
+        return Constant(self.data, self.dtype, self.origin, self.pending, shard)
+
+
+class Shard(NamedTuple):
+    """How a tensor-parallel value is cut over `degree` ranks along `axis`.
+
+    The axis is cut into `groups` equal parts (a fused Q/K/V weight: 3), each part zero-padded
+    at its end to `padded` / `groups` (None: not padded; heads that do not divide the ranks,
+    padded as neuronx-distributed pads them), and each padded part into `parts` equal chunks;
+    rank r holds chunk ``r * parts // degree`` of every part. `parts` divides `degree`: fewer
+    parts than ranks replicate each chunk on ``degree // parts`` neighbouring ranks (grouped-query
+    attention's KV heads over more ranks than heads, as NxD's ``kv_size_multiplier`` does).
+    """
+
+    axis: int
+    degree: int
+    groups: int = 1
+    parts: int = 0  # 0: degree
+    padded: int | None = None
+
+    @property
+    def chunks(self) -> int:
+        return self.parts or self.degree
+
+    def length(self, size: int) -> int:
+        """The axis's length once padded."""
+        return size if self.padded is None else self.padded
+
+    def local(self, size: int) -> int:
+        return self.length(size) // self.chunks
+
+    def check(self, size: int, what: str) -> None:
+        total = self.length(size)
+        if self.degree % self.chunks or total % (self.groups * self.chunks) or total < size \
+                or size % self.groups:
+            raise IRError(f"{what} axis {self.axis} (length {size}, padded {total}) does not "
+                          f"split into {self.groups} x {self.chunks} equal chunks over "
+                          f"{self.degree} ranks")
+
+    def chunk(self, data: np.ndarray, rank: int) -> np.ndarray:
+        """Rank `rank`'s chunk of the whole `data` (the runtime cuts a sharded input alike)."""
+        from trnsim.sim.execution_plan import rank_chunk
+
+        return rank_chunk(data, tuple(self), rank)
 
 
 class Graph:
@@ -279,8 +316,12 @@ def format_node(node: Node, graph: Graph | None = None, *, sources: bool = True)
             pending = f", cast pending from {c.data.dtype}" if c.pending is not None else ""
             shard = ""
             if c.shard is not None:
-                axis, degree, groups = c.shard
+                axis, degree, groups = c.shard[:3]
                 parts = f" of each of {groups} parts" if groups > 1 else ""
+                if c.shard.padded is not None:
+                    parts += f" padded to {c.shard.padded}"
+                if c.shard.chunks != degree:
+                    parts += f" (1/{c.shard.chunks}, on {degree // c.shard.chunks} ranks each)"
                 shard = f", rank's 1/{degree} along axis {axis}{parts}"
             text += f" <{c.origin}{pending}{shard}>"
     if attrs:

@@ -203,7 +203,10 @@ def _check_model_fields(m: dict, file: str) -> None:
     for side in ("inputs", "outputs"):
         for i, s in enumerate(listing(m[side], file, side)):
             where = f"{side}[{i}]"
-            record(s, file, where, {"name", "shape", "dtype"}, {"torch_dtype"})
+            record(s, file, where, {"name", "shape", "dtype"},
+                   {"torch_dtype", "shard"} if side == "inputs" else {"torch_dtype"})
+            if s.get("shard") is not None:
+                _input_shard(s["shard"], len(s["shape"]), file, f"{where}.shard")
             text(s["name"], file, f"{where}.name")
             dt = dtype_name(s["dtype"], file, f"{where}.dtype")
             shape(s["shape"], file, f"{where}.shape", dt.itemsize)
@@ -396,6 +399,9 @@ def check_against_programs(manifest: dict, programs: list, file: str) -> None:
                 raise fail(file, f"{side}[{i}].name", f"{s['name']!r} is not an {kind} of the "
                                                       f"program")
             stored = tuple(s["shape"]) or (1,)  # a scalar lives in a one-element tensor
+            if s.get("shard"):  # the program holds one rank's chunk of a sharded input
+                axis, _, _, parts, padded = s["shard"]
+                stored = (*stored[:axis], (padded or stored[axis]) // parts, *stored[axis + 1:])
             if stored != decl.shape or s["dtype"] != decl.dtype.name:
                 raise fail(file, f"{side}[{i}]", f"says {s['dtype']}{s['shape']}, the program "
                                                  f"holds {decl.dtype.name}{list(decl.shape)}")
@@ -408,3 +414,15 @@ def check_against_programs(manifest: dict, programs: list, file: str) -> None:
             if name not in program.tensors or program.tensors[name].kind != "constant":
                 raise fail(file, f"plan.programs[{p}].constants.{name}",
                            f"{name!r} is not a constant of {entry['file']}")
+
+
+def _input_shard(value: Any, rank: int, file: str, where: str) -> None:
+    """A sharded input's cut: [axis, degree, groups, parts, padded] (`sim.rank_chunk`)."""
+    if not isinstance(value, list) or len(value) != 5 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value[:4]) \
+            or not (value[4] is None or (isinstance(value[4], int) and value[4] > 0)):
+        raise fail(file, where, "expected [axis, degree, groups, parts, padded]")
+    axis, degree, groups, parts, _ = value
+    if not 0 <= axis < rank or degree < 1 or groups != 1 or not 1 <= parts <= degree \
+            or degree % parts:
+        raise fail(file, where, f"{value} is not a cut of a rank-{rank} input over its ranks")

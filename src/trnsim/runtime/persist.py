@@ -58,7 +58,7 @@ def save_model(model: CompiledModel, path) -> Path:
                           "constants": renamed})
     manifest = {
         "name": plan.name, "instance": plan.instance, "options": model.options,
-        "inputs": [asdict(s) for s in plan.inputs], "outputs": [asdict(s) for s in plan.outputs],
+        "inputs": [_spec(s) for s in plan.inputs], "outputs": [_spec(s) for s in plan.outputs],
         "input_structure": plan.input_structure.to_json() if plan.input_structure else None,
         "output_structure": plan.output_structure.to_json() if plan.output_structure else None,
         "kernels": [vars(k) for k in plan.kernels], "placement": plan.placement,
@@ -135,7 +135,9 @@ def load_model(path) -> CompiledModel:
         fabric = layout["fabric"]
         fabric = PlanFabric(fabric["instance"], fabric["lnc"], tuple(fabric["endpoints"]),
                             fabric["nodes"]) if fabric else None
-        inputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["inputs"]]
+        inputs = [TensorSpec(**{**s, "shape": tuple(s["shape"]),
+                                **({"shard": tuple(s["shard"])} if s.get("shard") else {})})
+                  for s in manifest["inputs"]]
         outputs = [TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in manifest["outputs"]]
         structures = [Structure.from_json(manifest[k]) if manifest.get(k) else None
                       for k in ("input_structure", "output_structure")]
@@ -148,3 +150,11 @@ def load_model(path) -> CompiledModel:
                          input_structure=structures[0], output_structure=structures[1],
                          kernels=kernels, placement=manifest["placement"])
     return CompiledModel(plan, manifest["options"])
+
+
+def _spec(spec: TensorSpec) -> dict:
+    """A model input or output as the manifest stores it (no cut for an unsharded one)."""
+    record = asdict(spec)
+    if record["shard"] is None:
+        del record["shard"]
+    return record

@@ -40,6 +40,27 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str  # the program's dtype
     torch_dtype: str | None = None  # what the model was traced with / eager PyTorch returns
+    # A tensor-parallel input each rank holds a chunk of (a decode step's KV cache): the
+    # `rank_chunk` cut (axis, degree, groups, parts, padded). None: every rank reads all of it.
+    shard: tuple[int, int, int, int, int | None] | None = None
+
+
+def rank_chunk(data: np.ndarray, shard: tuple, rank: int) -> np.ndarray:
+    """Rank `rank`'s chunk of `data` cut as `shard` = (axis, degree, groups, parts, padded): the
+    axis in `groups` equal parts, each zero-padded at its end to ``padded // groups`` (padded
+    None: not padded) and cut into `parts` (0: degree) chunks; rank r holds chunk
+    ``r * parts // degree`` of every part (neighbouring ranks share a chunk if parts < degree)."""
+    axis, degree, groups, parts, padded = shard
+    parts = parts or degree
+    grouped = data.reshape(*data.shape[:axis], groups, -1, *data.shape[axis + 1:])
+    if padded is not None:
+        width = [(0, 0)] * grouped.ndim
+        width[axis + 1] = (0, padded // groups - grouped.shape[axis + 1])
+        grouped = np.pad(grouped, width)
+    size = grouped.shape[axis + 1] // parts
+    index = rank * parts // degree
+    chunk = grouped[(slice(None),) * (axis + 1) + (slice(index * size, (index + 1) * size),)]
+    return chunk.reshape(*data.shape[:axis], groups * size, *data.shape[axis + 1:])
 
 
 @dataclass(frozen=True)
@@ -184,11 +205,17 @@ def run_plan(plan: ExecutionPlan, inputs: Mapping[str, np.ndarray] | None = None
     values = dict(inputs) if inputs is not None else None
     world = plan.fabric.world() if plan.fabric is not None else None
     results: list[RunResult | None] = [None] * len(plan.cores)
+    shards = {spec.name: spec.shard for spec in plan.inputs if spec.shard is not None}
+
+    def given_to(core: PlannedCore) -> dict[str, np.ndarray] | None:
+        if not core.inputs:
+            return None
+        return {hbm: rank_chunk(values[value], shards[value], core.shard) if value in shards
+                else values[value] for value, hbm in core.inputs}
+
     for members in plan.stages():
         cores = [plan.cores[i] for i in members]
-        given = None if values is None else \
-            [{hbm: values[value] for value, hbm in core.inputs} if core.inputs else None
-             for core in cores]
+        given = None if values is None else [given_to(core) for core in cores]
         runs = simulate_system([plan.core_program(i) for i in members], given,
                                slots=[core.slot for core in cores], chip=chip, mode=mode,
                                seed=seed, shared=plan.shared or None, world=world)
