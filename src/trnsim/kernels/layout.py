@@ -151,24 +151,27 @@ def fold_rows(tile: Tile) -> Tile | None:
     return hbm_view(tile, (rows, shape[-1]), (row_step, strides[-1]))
 
 
+def _merge_uniform(sizes, steps) -> tuple[int, int] | None:
+    """Axes of `sizes` and `steps` as one axis (size, step) if they step uniformly (size-1 axes
+    ignored; none: size 1, step 1), else None."""
+    total, step = 1, None
+    for size, st in reversed(list(zip(sizes, steps, strict=True))):
+        if size == 1:
+            continue
+        if step is None:
+            step = st
+        elif st != step * total:
+            return None
+        total *= size
+    return total, (step if step is not None else 1)
+
+
 def merged(tile: Tile, split: int) -> Tile | None:
     """A view as 2-D [prod(shape[:split]), prod(shape[split:])] when each side's axes step
     uniformly (size-1 axes ignored), else None."""
     shape, strides = tile.shape, hbm_strides(tile)
-
-    def merge(sizes, steps) -> tuple[int, int] | None:
-        total, step = 1, None
-        for size, st in reversed(list(zip(sizes, steps, strict=True))):
-            if size == 1:
-                continue
-            if step is None:
-                step = st
-            elif st != step * total:
-                return None
-            total *= size
-        return total, (step if step is not None else 1)
-
-    rows, cols = merge(shape[:split], strides[:split]), merge(shape[split:], strides[split:])
+    rows = _merge_uniform(shape[:split], strides[:split])
+    cols = _merge_uniform(shape[split:], strides[split:])
     if rows is None or cols is None:
         return None
     return hbm_view(tile, (rows[0], cols[0]), (rows[1], cols[1]))
@@ -348,19 +351,11 @@ def _grouped(view: Tile, bounds: tuple[int, int]) -> Tile | None:
     edges = (0, *bounds, len(shape))
     sizes, steps = [], []
     for lo, hi in itertools.pairwise(edges):
-        total, step = 1, None
-        for size, st in reversed(list(zip(shape[lo:hi], strides[lo:hi], strict=True))):
-            if size == 1:
-                continue
-            if step is None:
-                step = st
-            elif st != step * total:
-                return None
-            total *= size
-        if total > 1 and step == 0:
+        axis = _merge_uniform(shape[lo:hi], strides[lo:hi])
+        if axis is None or (axis[0] > 1 and axis[1] == 0):
             return None
-        sizes.append(total)
-        steps.append(step if step is not None else 1)
+        sizes.append(axis[0])
+        steps.append(axis[1])
     return hbm_view(view, tuple(sizes), tuple(steps))
 
 

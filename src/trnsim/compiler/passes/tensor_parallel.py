@@ -729,24 +729,10 @@ def reshape_axis(src: tuple[int, ...], dst: tuple[int, ...], axis: int, degree: 
     contiguous run of its group iff `axis` is the group's outermost non-unit axis, and that run
     is a chunk of the first non-unit output axis of the group iff that axis divides by `degree`.
     """
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        gi, gj = [i], [j]
-        ps = src[i] if i < len(src) else 1
-        pd = dst[j] if j < len(dst) else 1
-        i, j = i + 1, j + 1
-        while ps != pd:
-            if ps < pd:
-                ps *= src[i]
-                gi.append(i)
-                i += 1
-            else:
-                pd *= dst[j]
-                gj.append(j)
-                j += 1
+    for gi, gj in _axis_groups(src, dst):
         if axis in gi:
-            outer = next(a for a in gi if a < len(src) and src[a] != 1)
-            target = next((b for b in gj if b < len(dst) and dst[b] != 1), None)
+            outer = next(a for a in gi if src[a] != 1)
+            target = next((b for b in gj if dst[b] != 1), None)
             if outer != axis or target is None or dst[target] % degree:
                 return None
             return target
