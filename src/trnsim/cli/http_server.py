@@ -25,6 +25,17 @@ MAX_TOKENS_DEFAULT = 16  # OpenAI's completions default
 LATENCY_HEADER = "x-trnsim-device-latency-ms"
 
 
+async def _wait(job, finished, timeout_s: float):
+    """Wait for a submitted job; the error response if it timed out (504) or failed (500)."""
+    try:
+        await asyncio.wait_for(finished.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        return _error(504, f"no answer within {timeout_s} s", "timeout_error")
+    if job.error:
+        return _error(500, job.error, "server_error")
+    return None
+
+
 def _submit(engine, job):
     """Queue `job` on `engine`; the error response if it is refused (full queue: 429, stopping:
     503, bad request: 400), else None."""
@@ -171,12 +182,9 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
         if stream:
             return StreamingResponse(_events(job, tokens, finished, ident, created, kind, chat,
                                              prompt), media_type="text/event-stream")
-        try:
-            await asyncio.wait_for(finished.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            return _error(504, f"no answer within {timeout_s} s", "timeout_error")
-        if job.error:
-            return _error(500, job.error, "server_error")
+        failed = await _wait(job, finished, timeout_s)
+        if failed is not None:
+            return failed
         text = tokenizer.decode(job.tokens)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                    "finish_reason": job.finish_reason} if chat else
@@ -256,12 +264,9 @@ def create_app(engine: Any, tokenizer: Any, model_name: str, *, timeout_s: float
         refused = _submit(engine, job)
         if refused is not None:
             return refused
-        try:
-            await asyncio.wait_for(finished.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            return _error(504, f"no answer within {timeout_s} s", "timeout_error")
-        if job.error:
-            return _error(500, job.error, "server_error")
+        failed = await _wait(job, finished, timeout_s)
+        if failed is not None:
+            return failed
         tokens = sum(len(r) for r in rows)
         return JSONResponse({"object": "list", "model": model_name, "data": [
             {"object": "embedding", "index": i, "embedding": v}

@@ -245,12 +245,7 @@ class TensorScalar(_Elementwise):
         return y
 
     def _execute_fp32(self, state: ExecutionState) -> None:
-        op0 = alu_op(self.op0)
-        x = read_for(state, self.src, op0)
-        y = _apply(op0, x, _scalar(state, self.operand0, x.ndim, op0), self.reverse0)
-        if self.op1 is not None:
-            op1 = alu_op(self.op1)
-            y = _apply(op1, y, _scalar(state, self.operand1, x.ndim, op1), self.reverse1)
+        y = self._fp32(state)
         state.write(self.dst, y.reshape(self.dst.shape))
         if self.reduce_op is not None:
             op = alu_op(self.reduce_op)
