@@ -76,7 +76,11 @@ def load_kernel(target: str, base_dir: str | Path | None = None):
     fn = getattr(module, name, None)
     if fn is None:
         raise InvalidArgumentError(f"{where} has no kernel named {name!r}")
-    return fn if isinstance(fn, Kernel) else jit(fn)
+    from trnsim.nki.current import Kernel as CurrentKernel
+
+    # a kernel either API's jit made stays as it is (re-wrapping a current-API kernel in the
+    # legacy jit would trace its nl calls against the legacy front end's tiles)
+    return fn if isinstance(fn, (Kernel, CurrentKernel)) else jit(fn)
 
 
 def _exec_user_file(spec, module, path: str) -> None:

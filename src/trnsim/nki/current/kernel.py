@@ -79,10 +79,13 @@ class Kernel:
         return self.run(args, kwargs, mode=mode)
 
     # --- running --------------------------------------------------------------------------------
-    def run(self, args, kwargs, *, mode: str = "functional", world: World | None = None):
+    def run(self, args, kwargs, *, mode: str = "functional", world: World | None = None,
+            target=None):
+        """`target`: a `hardware.CoreSpec` to run on (as the legacy `Kernel.run` takes; e.g.
+        `trnsim kernel run --target`), else the kernel's platform target or the default."""
         from trnsim.sim import CoreSlot, default_chip, simulate_system
 
-        core = default_target(self.platform_target)
+        core = target or default_target(self.platform_target)
         chip = default_chip(core)
         lnc = self.lnc or 1
         if lnc > 1 and lnc not in chip.lnc_options:
