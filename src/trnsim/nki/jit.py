@@ -220,7 +220,8 @@ def trace_fitting_sbuf(trace_with: Callable):
     """Trace (``trace_with(prepare)``, `prepare(i, trace)` called on each core's new trace) with
     SBUF tiles freed when their loop iteration ends; if they do not fit, trace again freeing each
     after its last use (the compiler's liveness-based allocation; the last uses come from a probe
-    trace with unbounded SBUF). Both NKI front ends trace through here."""
+    trace with unbounded SBUF); if that still does not fit, trace once more spilling tiles to HBM
+    and reloading them (`trnsim.nki.spill`). Both NKI front ends trace through here."""
     try:
         return trace_with(None)
     except LimitExceededError as error:
@@ -230,8 +231,20 @@ def trace_fitting_sbuf(trace_with: Callable):
     # the probe only collects last uses; the real trace reports what does not fit
     with contextlib.suppress(LimitExceededError):
         trace_with(lambda i, t: (_overcommit_sbuf(t), probes.append(t)))
-    return trace_with(lambda i, t: t.free_after_last_use(
-        probes[i].last_use if i < len(probes) else []))
+
+    def last_uses(i: int) -> list[int]:
+        return probes[i].last_use if i < len(probes) else []
+
+    def uses(i: int) -> list[list[int]]:
+        return probes[i].uses if i < len(probes) else []
+
+    try:
+        return trace_with(lambda i, t: t.free_after_last_use(last_uses(i)))
+    except LimitExceededError as error:
+        if "sbuf allocation" not in str(error):
+            raise
+    # still too many live at once: spill to HBM and reload, as the compiler does (nki/spill.py)
+    return trace_with(lambda i, t: (t.free_after_last_use(last_uses(i)), t.enable_spilling(uses(i))))
 
 
 def _overcommit_sbuf(trace: Trace) -> None:

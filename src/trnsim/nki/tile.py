@@ -60,6 +60,9 @@ class Storage:
     source: str | None = None
     freed_by: tuple = ()  # (loop kind, iteration, loop source) once its scope ended
     free_callback: Callable[[], None] | None = field(default=None, repr=False)
+    # SBUF spilling (`trnsim.nki.spill`): the bytes are in `spill` (an HBM Tile), not in SBUF
+    spilled: bool = False
+    spill: object = field(default=None, repr=False)
 
 
 @dataclass
@@ -471,6 +474,15 @@ def masked_view(tile: Tile, predicate: Predicate, tags: tuple[int | None, ...] |
 
 
 def to_access_pattern(tile: Tile) -> AccessPattern:
+    """The view as an instruction operand. Under SBUF spilling the access holds its tile for the
+    current call and reloads it first if it was spilled (`trnsim.nki.spill`)."""
+    spiller = getattr(tile._trace, "spiller", None)
+    if spiller is not None and tile._storage.memory is Memory.SBUF:
+        spiller.touch(tile._storage)
+    return to_access_pattern_raw(tile)
+
+
+def to_access_pattern_raw(tile: Tile) -> AccessPattern:
     storage = tile._storage
     axes = [a for a in tile._axes if a.size != 1]
     if any(a.size == 0 for a in tile._axes):

@@ -223,10 +223,20 @@ class Trace:
         # allocation order, the last nl/nisa call whose instructions touched it (calls are
         # counted, not instructions: staging copies may differ between traces, calls do not)
         self.last_use: list[int] = []
+        self.uses: list[list[int]] = []  # every call that touched it, per tile (for spilling)
         self._free_at: dict[int, list[Storage]] | None = None
         self._planned_last_use: list[int] = []
         self._sbuf_by_name: dict[str, int] = {}
         self.calls = 0
+        self.spiller = None  # a `trnsim.nki.spill.Spiller` once `enable_spilling` was called
+
+    def enable_spilling(self, uses: list[list[int]]) -> None:
+        """Spill resident SBUF tiles to HBM when an allocation does not fit, and reload them at
+        their next use, as the compiler's allocator does (`trnsim.nki.spill`); `uses`: the calls
+        that touch each tile, from a previous trace of the same kernel."""
+        from trnsim.nki.spill import Spiller
+
+        self.spiller = Spiller(self, uses)
 
     def free_after_last_use(self, last_use: list[int]) -> None:
         """Free each automatically allocated SBUF tile once the last nl/nisa call using it is
@@ -239,6 +249,8 @@ class Trace:
         """A kernel's nl/nisa call starts: free the SBUF tiles whose last use was earlier (the
         simulator orders the reuse of their bytes by the dependencies)."""
         self.calls += 1
+        if self.spiller is not None:
+            self.spiller.new_call()
         if not self._free_at:
             return
         for call in [c for c in self._free_at if c < self.calls]:
@@ -355,6 +367,9 @@ class Trace:
                 serial = self._sbuf_by_name.get(ap.tensor)
                 if serial is not None:
                     self.last_use[serial] = self.calls
+                    uses = self.uses[serial]
+                    if not uses or uses[-1] != self.calls:
+                        uses.append(self.calls)
 
     def psum_written(self, tile: Tile) -> bool:
         """Has any instruction written bytes of this PSUM view? (`psum += matmul` into bytes
@@ -497,6 +512,8 @@ class Trace:
                                          offset + nbytes, ring.capacity, context=self.core.name)
         elif memory is Memory.PSUM:
             offset = self.psum.allocate(nbytes, name, align=max(4, dt.itemsize))
+        elif self.spiller is not None and name != legalise.STAGING:
+            offset = self.spiller.allocate(nbytes, name, align=max(4, dt.itemsize))
         else:
             offset = self.sbuf.allocate(nbytes, name, align=max(4, dt.itemsize))
         storage = Storage(memory=memory, dtype=dt, name=name, buffer=buffer, offset=offset,
@@ -504,6 +521,8 @@ class Trace:
                           scope=self._scope_key(), source=self.source)
         ring = self.psum if memory is Memory.PSUM else self.sbuf
         storage.free_callback = lambda: ring.free(offset)
+        if memory is Memory.SBUF and self.spiller is not None:
+            storage.free_callback = lambda: self._free_sbuf(storage)
         if memory is Memory.SBUF and not placed and name != legalise.STAGING:
             self._track_sbuf(storage)  # (staging copies depend on addresses: not counted)
         if self.scopes:
@@ -520,10 +539,20 @@ class Trace:
                          for i, (a, size) in enumerate(zip(axes, shape, strict=True)))
         return self.tile_class(self, storage, axes, dt, name=name)
 
+    def _free_sbuf(self, storage: Storage) -> None:
+        """Free a tile's SBUF bytes where it now lives (a reload may have moved it; a spilled
+        tile holds none)."""
+        self.spiller.forget(storage)
+        if not storage.spilled:
+            self.sbuf.free(storage.offset)
+
     def _track_sbuf(self, storage: Storage) -> None:
         serial = len(self.last_use)
         self.last_use.append(-1)
+        self.uses.append([])
         self._sbuf_by_name[storage.name] = serial
+        if self.spiller is not None:
+            self.spiller.track(storage, serial)
         if self._free_at is not None and serial < len(self._planned_last_use):
             last = self._planned_last_use[serial]
             if last >= self.calls:  # (never used: -1, freed with its scope)
