@@ -60,12 +60,22 @@ def test_a_current_api_file_runs_and_numbers_match_numpy(tmp_path):
         "import nki\nimport nki.language as nl\n\n"
         "@nki.jit\ndef add(a, b):\n"
         "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
-        "    nl.store(out, nl.add(nl.load(a), nl.load(b)))\n"
+        "    zero = nl.zeros(a.shape, dtype=a.dtype)\n"  # the current API's own tensors
+        "    nl.store(out, nl.add(nl.add(nl.load(a), nl.load(b)), zero))\n"
         "    return out\n")
     try:
+        from trnsim import hardware
+        from trnsim.nki.current import Kernel as CurrentKernel
+        from trnsim.nki.typing import TensorSpec
+
         kernel = load_kernel("cur.py::add", tmp_path)
+        assert isinstance(kernel, CurrentKernel)  # not re-wrapped in the legacy jit
         a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
         np.testing.assert_array_equal(np.asarray(kernel(a, a)), a + a)
+        # what `trnsim kernel run --timing-only --target trn2` calls
+        kernel.run([TensorSpec((128, 64), "float32")] * 2, {}, mode="timing",
+                   target=hardware.core("trn2"))
+        assert kernel.last_run.results[0].profile.core.name == "NeuronCore-v3"
     finally:
         compat.uninstall()
 

@@ -177,9 +177,8 @@ def test_uninitialised_reads_are_nan_and_capacity_is_checked():
         assert np.isnan(reads_garbage(np.zeros((1, 1), np.float32))).all()
 
     @jit(platform_target="trn2")
-    def too_big(x):
-        for _ in range(2):
-            nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
+    def too_big(x):  # one tile larger than the whole SBUF (tiles that fit one by one spill)
+        nl.ndarray((128, 60000), dtype=nl.float32, buffer=nl.sbuf)
         return x
 
     with pytest.raises(LimitExceededError, match=r"sbuf allocation.*NeuronCore-v3"):
