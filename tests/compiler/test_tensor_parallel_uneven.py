@@ -124,3 +124,20 @@ def test_a_model_with_its_kv_cache_split_saves_and_loads(tmp_path):
     loaded = trnsim.load(compiled.save(tmp_path / "decode.trnsim"))
     assert loaded.inputs == compiled.inputs
     np.testing.assert_array_equal(loaded(**inputs).numpy(), compiled(**inputs).numpy())
+
+
+def test_row_parallel_sums_are_reduced_in_the_models_dtype():
+    """transformers-neuronx (all_reduce_dtype=None) and NxD Inference (rpl_reduce_dtype=None)
+    all-reduce a row-parallel layer's partial sums in its input's dtype: bf16 for a model
+    loaded in bf16 (half the bytes of fp32), fp32 for an fp32 model."""
+    model = _llama(heads=4, kv_heads=4, intermediate=64)
+    ids = torch.randint(0, 250, (1, 8))
+    fp32 = _split_graph(model, 4, (ids,))
+    bf16 = _split_graph(model.to(torch.bfloat16), 4, (ids,))
+
+    def reduced(graph):
+        return [n.attrs["dtype"] for n in graph.nodes if n.op == "k.collective"
+                and n.attrs["kind"] == "all_reduce"]
+
+    assert reduced(fp32) == ["float32"] * 2
+    assert reduced(bf16) == ["bfloat16"] * 2

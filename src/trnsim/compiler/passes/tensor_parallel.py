@@ -11,8 +11,13 @@ replicated (each rank holds all of it) or sharded along one axis (rank r holds t
   the last axis;
 - a matmul whose input is sharded along the contraction axis becomes row-parallel: each rank
   multiplies its chunk by its rows of the weight and an all-reduce sums the partial products
-  (fp32); bias and epilogue are applied once, after it (so Q/K/V -> attention -> output
-  projection, and up -> GELU -> down, cost one all-reduce each, as in Megatron-LM);
+  in the dtype of the product as the model computes it (bf16 for a model loaded in bf16, fp32
+  for an fp32 model, auto-cast or not):
+  the documented default of transformers-neuronx (``all_reduce_dtype=None``: the tensor's
+  dtype) and NxD Inference (``rpl_reduce_dtype=None``: "does the reduction in the input
+  tensors dtype", api-guide.rst); bias and epilogue are applied once, after it (so Q/K/V ->
+  attention -> output projection, and up -> GELU -> down, cost one all-reduce each, as in
+  Megatron-LM);
 - views, attention over heads, elementwise ops and concatenations along another axis keep a
   sharded value sharded when the shard stays one contiguous chunk (heads split across ranks);
 - anything else reads replicated values: a sharded operand is all-gathered first (``k.collective``).
@@ -435,7 +440,7 @@ class _Sharder:
         a, b = node.inputs[:2]
         weight = self.sharded_constant(b, split)
         attrs = {**node.attrs, "k": weight.shape[k_axis], "bias": False,
-                 "epilogue": (), "dtype": "float32"}
+                 "epilogue": (), "dtype": _product_dtype(node)}
         partial = self.rw.emit("k.matmul", [self.local(a), weight], attrs, source=node.source,
                                name=node.name)
         total = self._collective(partial, "all_reduce", 0, node.source)
@@ -692,6 +697,15 @@ class _Sharder:
         if len(mapped) != 2:
             return None
         return replace(s, axis=mapped[s.axis], inner=mapped[s.inner])
+
+
+def _product_dtype(node: Node) -> str:
+    """The dtype of a fused matmul's product as the model computes it, before its epilogue (the
+    module docstring: row-parallel sums are all-reduced in it): the dtype of the first epilogue
+    step (the op that read the product; auto-cast leaves an fp32 model's products fp32, a bf16
+    model's are bf16), else the node's."""
+    program = tuple(node.attrs.get("epilogue") or ())
+    return program[0].dtype if program else node.dtype.name
 
 
 def _local_length(size: int, s: Split, axis: int, degree: int) -> int:
