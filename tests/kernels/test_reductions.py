@@ -92,3 +92,15 @@ def test_whole_tensor_reduce_spreads_over_partitions(rng, op):
     assert_close(result.output, want, "float32", rtol=1e-4)
     one_row = run(reduce, [x.reshape(1, -1)[:, :511]], (), "float32", op=op, axes=(1,))
     assert result.profile.total_ns < 4 * one_row.profile.total_ns
+
+
+@pytest.mark.parametrize("op,keepdim", [("any", False), ("sum", True), ("amax", False)])
+def test_reduce_over_a_size_one_axis_is_one_elementwise_pass(rng, op, keepdim):
+    """`any` over the size-1 axis of a [N, V, 1] one-hot mask (nll_loss's scatter backward)
+    reduces nothing: the result is the input's values, in a pass over [N, V] blocks rather than
+    one [128, 1] tile per 128 of the N x V rows."""
+    x = (rng.standard_normal((256, 512, 1)) > 0.5).astype(np.float32)
+    want = ref.reduce(op, x, (2,), keepdim, dtype("float32"), 1)
+    result = run(reduce, [x], want.shape, "float32", op=op, axes=(2,), keepdim=keepdim)
+    assert np.array_equal(result.output, want)
+    assert len(result.program.instructions) < 100

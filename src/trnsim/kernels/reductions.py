@@ -77,6 +77,8 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
         raise InvalidArgumentError(f"{op} over several axes {axes}")
     if op in ("argmax", "argmin"):
         check_fp32_exact(x)
+    if _over_unit_axes(out, x, op, axes, keepdim, prologue):
+        return
     view, kept = _moved_last(x, axes)
     if merged(view[(0,) * kept] if kept else view, 0) is None:
         # reduced axes that do not step uniformly in HBM (sum over axes 0 and 2 of [4, 64, 32]):
@@ -132,6 +134,21 @@ def _split_over_partitions(out: Tile, view: Tile, kept: int, op: str, x: Tile,
     with kernel_scope("reduce"):
         reduce(partials, rows, op=op, axes=(1,), prologue=prologue)
     reduce(hbm_view(out, (1,), (1,)), partials, op=_SPLITTABLE[op], axes=(0,))
+    return True
+
+
+def _over_unit_axes(out: Tile, x: Tile, op: str, axes: tuple[int, ...], keepdim: bool,
+                    prologue: Callable | None) -> bool:
+    """A reduction whose reduced axes hold one element each (`any` over the size-1 axis of a
+    [N, V, 1] one-hot mask) reduces nothing: one element-wise pass over the kept axes, not one
+    [128, 1] tile per 128 rows. Returns False when the shape does not call for it."""
+    if op not in _ALU or any(x.shape[a] != 1 for a in axes) or len(axes) == x.ndim \
+            or (x.dtype_spec.is_int and op not in ("any", "all")):
+        return False
+    strides = hbm_strides(x)
+    kept = [i for i in range(x.ndim) if i not in axes]
+    view = x if keepdim else hbm_view(x, [x.shape[i] for i in kept], [strides[i] for i in kept])
+    _no_reduction(out, view, op, prologue)
     return True
 
 
