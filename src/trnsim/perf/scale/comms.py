@@ -51,12 +51,11 @@ def _disk_path(key: str):
 def _key(payload: dict) -> str:
     from trnsim import hardware
     from trnsim.hardware.fabric import fabric_spec
-    from trnsim.hardware.spec import fingerprint
-    from trnsim.perf.scale.timing import _digest
+    from trnsim.perf.scale.timing import _digest, spec_fingerprint
 
     spec = hardware.instance(payload["instance"])
-    payload = dict(payload, fabric=fingerprint(fabric_spec(spec.chip)),
-                   instance_spec=fingerprint(spec), code=_digest())
+    payload = dict(payload, fabric=spec_fingerprint(fabric_spec(spec.chip)),
+                   instance_spec=spec_fingerprint(spec), code=_digest())
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 

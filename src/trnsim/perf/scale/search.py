@@ -26,7 +26,7 @@ from trnsim.perf.scale.plan import (
     shapes_for,
 )
 from trnsim.perf.scale.system import System
-from trnsim.perf.scale.timing import Timer
+from trnsim.perf.scale.timing import Timer, Timing
 
 
 @dataclass
@@ -96,21 +96,43 @@ def _prepare(model: ModelSpec, system: System, pairs: list[tuple[Layout, Trainin
     return ready, rejected
 
 
-def evaluate(model: ModelSpec, system: System, items: list) -> list[TrainingPlan]:
-    """Compose the plans of prepared candidates (the task body; timings must be cached)."""
+TimingTable = dict[tuple[str, str, str, object], Timing]
+
+
+def evaluate(model: ModelSpec, system: System, items: list,
+             timings: TimingTable) -> list[TrainingPlan]:
+    """Compose the plans of prepared candidates (the task body). `timings`: every shape's
+    simulated timing, keyed (precision, optimizer, kind, shape), resolved once by the driver,
+    so a task reads no timing file and digests no spec."""
     plans = []
     for layout, work, m, memory in items:
-        timer = Timer(system.instance, work.precision, work.optimizer)
-        layer = timer.cached("layer", shapes_for(model, layout, work)[0][1])
-        head_items = shapes_for(model, layout, work)[1:]
-        head = timer.cached("head", head_items[0][1]) if head_items else None
-        if layer is None or (head_items and head is None):
-            raise TrnsimError(f"{layout.label()}: its shapes are not in the timing cache")
-        from trnsim.perf.scale.timing import Timing
-
-        plans.append(compose(model, system, layout, work, m, memory, layer,
-                             head or Timing(0.0, 0.0, 0.0)))
+        found = []
+        for kind, shape in shapes_for(model, layout, work):
+            timing = timings.get((work.precision, work.optimizer, kind, shape))
+            if timing is None:
+                raise TrnsimError(f"{layout.label()}: {kind} {shape.key()} is not in the "
+                                  "timing table")
+            found.append(timing)
+        head = found[1] if len(found) > 1 else Timing(0.0, 0.0, 0.0)
+        plans.append(compose(model, system, layout, work, m, memory, found[0], head))
     return plans
+
+
+def timing_table(system: System, ready: list, model: ModelSpec,
+                 progress: Callable[[str], None] | None = None) -> TimingTable:
+    """Simulate every distinct shape the candidates need (cache misses only, one child process
+    per precision and optimizer), then read each once."""
+    wanted: dict[tuple[str, str], dict] = {}
+    for layout, work, _, _ in ready:
+        for item in shapes_for(model, layout, work):
+            wanted.setdefault((work.precision, work.optimizer), {})[item] = None
+    table: TimingTable = {}
+    for (precision, optimizer), items in wanted.items():
+        timer = Timer(system.instance, precision, optimizer, progress)
+        timer.ensure(list(items))
+        for kind, shape in items:
+            table[(precision, optimizer, kind, shape)] = timer.timing(kind, shape)
+    return table
 
 
 def _rank_key(plan: TrainingPlan) -> tuple:
@@ -128,20 +150,16 @@ def search(model: ModelSpec, system: System, work: Training, *, backend: str = "
     no price); `max_days`: only those that train `tokens` within that many days."""
     start = time.perf_counter()
     pairs = candidates(model, system, work, micro_batches=micro_batches, tps=tps)
+    if backend not in ("ray", "in-process"):
+        raise InvalidArgumentError(f"backend {backend!r}: ray or in-process")
     ready, rejected = _prepare(model, system, pairs)
-    timers: dict[tuple, list] = {}
-    for layout, w, _, _ in ready:
-        timers.setdefault((w.precision, w.optimizer), []).extend(shapes_for(model, layout, w))
-    for (precision, optimizer), items in timers.items():
-        Timer(system.instance, precision, optimizer, progress).ensure(items)
+    table = timing_table(system, ready, model, progress)
     if progress:
         progress(f"composing {len(ready)} fitting layouts ({backend})")
     if backend == "ray":
-        plans = _run_ray(model, system, ready, chunks, ray_address)
-    elif backend == "in-process":
-        plans = evaluate(model, system, ready)
+        plans = _run_ray(model, system, ready, table, chunks, ray_address)
     else:
-        raise InvalidArgumentError(f"backend {backend!r}: ray or in-process")
+        plans = evaluate(model, system, ready, table)
     if max_days is not None:
         if tokens is None:
             raise InvalidArgumentError("a --max-days target needs --tokens")
@@ -151,7 +169,8 @@ def search(model: ModelSpec, system: System, work: Training, *, backend: str = "
                         time.perf_counter() - start)
 
 
-def _run_ray(model, system, ready, chunks: int, address: str | None) -> list[TrainingPlan]:
+def _run_ray(model, system, ready, table: TimingTable, chunks: int,
+             address: str | None) -> list[TrainingPlan]:
     try:
         import ray
     except ImportError:
@@ -166,7 +185,8 @@ def _run_ray(model, system, ready, chunks: int, address: str | None) -> list[Tra
     try:
         task = ray.remote(evaluate)
         size = max(1, -(-len(ready) // max(1, chunks)))
-        refs = [task.remote(model, system, ready[i:i + size])
+        shared = [ray.put(value) for value in (model, system, table)]  # stored once
+        refs = [task.remote(shared[0], shared[1], ready[i:i + size], shared[2])
                 for i in range(0, len(ready), size)]
         return [plan for part in ray.get(refs) for plan in part]
     finally:

@@ -63,12 +63,26 @@ def cache_root() -> Path | None:
     return None if root is None else root / "scale"
 
 
+_FINGERPRINTS: dict[int, tuple[object, str]] = {}
+
+
+def spec_fingerprint(spec) -> str:
+    """`hardware.spec.fingerprint`, remembered per spec object: specs are frozen, and a search
+    asks once per candidate, where digesting a spec walks every figure. Keyed on identity (the
+    spec is held, so its id is not reused), so `core_variant`'s changed specs get their own."""
+    found = _FINGERPRINTS.get(id(spec))
+    if found is None or found[0] is not spec:
+        from trnsim.hardware.spec import fingerprint
+
+        found = _FINGERPRINTS[id(spec)] = (spec, fingerprint(spec))
+    return found[1]
+
+
 def entry_path(kind: str, shape, instance: str, precision: str, optimizer: str,
                root: Path | None = None) -> Path:
     from trnsim import hardware
-    from trnsim.hardware.spec import fingerprint
 
-    core = fingerprint(hardware.instance(instance).chip.core)
+    core = spec_fingerprint(hardware.instance(instance).chip.core)
     payload = json.dumps({"kind": kind, "shape": asdict(shape), "core": core,
                           "precision": precision, "optimizer": optimizer, "code": _digest(),
                           "version": TIMING_VERSION}, sort_keys=True)
