@@ -107,3 +107,20 @@ def test_inference_plan_composes_ttft_tpot_and_replicas():
     # K and V of 2 layers, one KV head per TP rank, 104 positions, 2 sequences, bf16
     assert plan.memory["kv_cache_bytes"] == kv_cache_bytes(model, 2, 2, 104) == \
         2 * 2 * 1 * 16 * 104 * 2 * 2
+
+
+def test_every_figure_says_where_it_came_from():
+    """--json's `sources`: each per-layer and step figure is simulated, from the fabric model,
+    or derived from those (never a constant), and names the shape it simulated."""
+    plan, _ = _plan("TP2 PP2 ZeRO-1 RC")
+    sources = plan.to_dict()["sources"]
+    figures = [f"per_layer_ms.{k}" for k in plan.per_layer_ms] + \
+        [f"breakdown_ms.{k}" for k in plan.breakdown_ms] + ["step_ms", "mfu", "memory"]
+    for figure in figures:
+        assert sources[figure].split(":")[0] in ("simulated", "fabric model (trnsim.collectives,"
+                                                 " every group sharing the links at once)",
+                                                 "derived", "not timed (a vision model's "
+                                                 "patch embedding and classifier)"), figure
+    assert "h64-q2-kv2-d16-f64" in sources["per_layer_ms.forward"]
+    assert "recomputation" in sources["per_layer_ms.backward"]
+    assert "ZeRO-1" in sources["breakdown_ms.dp_reduction_exposed"]

@@ -4,11 +4,12 @@ simulated one- and two-layer models), with the KV cache's HBM and the replicas a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.perf.scale.memory import inference_memory
 from trnsim.perf.scale.model import ModelSpec
+from trnsim.perf.scale.provenance import inference_sources
 from trnsim.perf.scale.system import System
 
 
@@ -28,6 +29,7 @@ class InferencePlan:
     memory: dict
     fits: bool
     usd_per_million_tokens: float | None
+    sources: dict[str, str] = field(default_factory=dict)  # figure -> where it came from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,6 +50,7 @@ def plan_inference(model: ModelSpec, system: System, tp: int, prompt: int, outpu
         raise InvalidArgumentError(f"TP{tp} does not divide {model.name}'s {model.heads} heads")
     positions = prompt + output
     memory = inference_memory(model, tp, batch, positions, system.hbm_bytes_per_core)
+    costs_simulated = costs is None
     if costs is None:
         from trnsim.perf.serving.models import resolve_model as serving_model
         from trnsim.perf.serving.steps import Deployment, StepTimer
@@ -67,4 +70,5 @@ def plan_inference(model: ModelSpec, system: System, tp: int, prompt: int, outpu
     usd = None if price is None else price / 3600 / (per_replica * replicas) * 1e6
     return InferencePlan(model.name, system.label(), tp, batch, prompt, output, timing.ttft_ms,
                          timing.tpot_ms, timing.e2e_ms, per_replica * replicas, replicas,
-                         memory.to_dict(), memory.fits, usd)
+                         memory.to_dict(), memory.fits, usd,
+                         inference_sources(tp, system) if costs_simulated else {})

@@ -23,6 +23,7 @@ from trnsim.perf.scale.layer import HeadShape, LayerShape
 from trnsim.perf.scale.layout import PRECISIONS, Layout, Training
 from trnsim.perf.scale.memory import Memory, layers_per_stage, stage_params, training_memory
 from trnsim.perf.scale.model import ModelSpec
+from trnsim.perf.scale.provenance import training_sources
 from trnsim.perf.scale.system import System
 from trnsim.perf.scale.timing import Timer, Timing
 
@@ -52,6 +53,7 @@ class TrainingPlan:
     cores: int
     price_per_hour: float | None
     notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # figure -> where it came from
 
     def time_to_train(self, tokens: float) -> dict:
         seconds = tokens / self.tokens_per_s
@@ -226,9 +228,11 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     per_layer = {"forward": fwd_layer * ms, "backward": bwd_layer * ms,
                  "optimizer": layer.optimizer_ns / split * ms,
                  "tp_forward": tp_layer_fwd * ms, "tp_backward": tp_layer_bwd * ms}
+    sources = training_sources(model, system, layout, work, layer_shape(model, layout, work),
+                               head_shape(model, layout, work), layer, head)
     return TrainingPlan(
         model.name, system.label(), layout.label(), work.seq, work.global_batch,
         work.micro_batch, m, work.precision, work.optimizer,
         layout.schedule if layout.pp > 1 else "-", per_layer, breakdown,
         step_ns * ms, seqs, tokens, mfu, memory.to_dict(), memory.fits, system.cores,
-        system.price_per_hour, notes)
+        system.price_per_hour, notes, sources)
