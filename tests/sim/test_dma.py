@@ -230,10 +230,23 @@ def test_an_on_chip_tensor_handed_over_in_its_layout_moves_nothing():
     assert on.summary.hbm_read_bytes == on.summary.hbm_write_bytes == 0
 
 
-def test_an_on_chip_tensor_read_with_a_cast_or_a_new_layout_is_an_sbuf_to_sbuf_dma():
+def test_an_on_chip_tensor_read_with_a_cast_is_a_compute_engine_copy():
+    """SBUF to SBUF in its own layout, only the dtype changing: the compiler's tensor_copy on
+    GpSimd (nki.isa.dma_copy: for SBUF to SBUF "consider using nisa.tensor_copy"), not DMA."""
+    from trnsim.isa import Engine, TensorCopy, sbuf
+
     cast = _on_chip_round_trip(on_chip=True, load_dtype="bfloat16")
-    assert cast.total_ns > core("v2").dma.start_latency_ns  # the cast load still moves data
+    (record,) = [r for r in cast.records if r.busy_ns > 0]
+    assert record.opcode == "DmaCopy" and record.engine == "gpsimd"
+    expected = TensorCopy(dst=sbuf(0, 128, (1024,), "bfloat16"), src=sbuf(0, 128, (1024,), "float32"),
+                          engine=Engine.GPSIMD).cost(core("v2")).busy_ns
+    assert record.busy_ns == pytest.approx(expected)
     assert cast.summary.hbm_read_bytes == 0
+    assert cast.summary.dma_transfers == 2  # the two in-place stores; the cast is not one
+    assert cast.total_ns < core("v2").dma.start_latency_ns + expected  # no DMA latency paid
+
+
+def test_an_on_chip_tensor_read_in_a_new_layout_is_an_sbuf_to_sbuf_dma():
     for relaid in (_on_chip_round_trip(on_chip=True, transposing=True),
                    _on_chip_round_trip(on_chip=True, shifted=True)):
         assert relaid.total_ns > core("v2").dma.start_latency_ns

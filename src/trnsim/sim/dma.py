@@ -26,7 +26,8 @@ The model (hardware.md section 6, fact 7; numbers from `CoreSpec.dma` and `ChipS
   272 GB/s of DMA against 880 GB/s of HBM) the HBM timeline is skipped, as it can never bind.
 - **On-chip tensors.** A tensor the compiler keeps in SBUF (`TensorDecl.on_chip`) uses no HBM
   bandwidth; a DMA that hands it over in its own layout is done when its data is ready and uses
-  neither a queue nor an engine (see `trnsim.sim.plan.build_plan`).
+  neither a queue nor an engine, and one that also casts it runs as a compute engine's copy
+  (see `trnsim.sim.plan.build_plan`).
 - Not modelled: the hardware DGE's per-instruction cost on NeuronCore-v3+ (kernels with static
   addresses use precomputed descriptors), DMA QoS classes (v4), engine-to-queue round-robin
   arbitration within a transfer (the pool shares engines evenly instead).

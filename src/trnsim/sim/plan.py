@@ -357,8 +357,11 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
     plan.code = facts.code
     plan.nbytes = facts.nbytes
     if plan.code == -1:
-        in_place = (bool(on_chip) and isinstance(ins, DmaCopy) and not ins.accumulate
-                    and _in_place(reads, writes, on_chip, core.partitions))
+        hand_off = (_hand_off(reads, writes, on_chip, core.partitions)
+                    if on_chip and isinstance(ins, DmaCopy) and not ins.accumulate else None)
+        if hand_off == "cast":
+            return _engine_cast(plan, reads, writes, core, ports)
+        in_place = hand_off == "same"
         work = facts.dma_work
         hbm_bytes = plan.hbm_read + plan.hbm_write
         plan.dma = DmaPlan(0.0 if in_place else work, facts.dma_engines,
@@ -379,8 +382,9 @@ def _dma_facts(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     HBM bytes. When it also keeps the layout the producer stored (rows on partitions: each
     partition's elements one contiguous run of the tensor, row r on partition r mod 128) and the
     dtype, it is an in-place hand-off: the producer's tile is the consumer's, so no data moves
-    (`DmaPlan.in_place`, decided per program by `build_plan`). Any other access re-lays out or
-    casts the data and is charged as an SBUF-to-SBUF DMA."""
+    (`DmaPlan.in_place`, decided per program by `build_plan`); when it keeps the layout but casts,
+    a compute engine does it (`_engine_cast`). Any other access re-lays out the data and is
+    charged as an SBUF-to-SBUF DMA."""
     dma = core.dma
     queue = getattr(ins, "queue", None)
     if queue is not None and not 0 <= queue < dma.queues_per_engine:
@@ -402,29 +406,55 @@ def _dma_facts(ins: Instruction, core, reads: tuple[AccessPattern, ...],
     facts.dma_work, facts.dma_engines, facts.dma_queue = work, engines, queue
 
 
-def _in_place(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-              on_chip: Mapping[str, int], partitions: int) -> bool:
+def _hand_off(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
+              on_chip: Mapping[str, int], partitions: int) -> str | None:
     """A plain copy whose HBM-declared operands are all on chip, each read or written one
-    partition's run at a time, with SBUF on the other side and no cast (see `_dma_facts`)."""
+    partition's run at a time, with SBUF on the other side (see `_dma_facts`): "same" when
+    nothing changes (in place), "cast" when only the dtype does; None otherwise (data moves
+    across partitions or to or from HBM: a DMA)."""
     operands = (*reads, *writes)
     declared = [ap for ap in operands if ap.memory is Memory.HBM]
     if not declared or any(ap.tensor not in on_chip for ap in declared):
-        return False
+        return None
     sides = [ap for ap in operands if ap.memory is Memory.SBUF]
     if not sides:
-        return False
+        return None
     lane = sides[0].partition_start
-    if len({ap.dtype for ap in operands}) > 1:  # a cast moves data (DMAs cast; nki-dma-overview)
-        return False
     for ap in declared:
         per_partition = ap.nbytes // max(ap.partitions, 1)
         if contiguous_run_bytes(dataclasses.replace(ap, partitions=1)) < per_partition:
-            return False
+            return None
         # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
         # SBUF side must start on the first row's partition, else the data crosses lanes
         start = on_chip[ap.tensor]
         row = (ap.offset - start) // ap.dtype.itemsize // ap.partition_step \
             if ap.partition_step else 0
         if (row - lane) % partitions:
-            return False
-    return True
+            return None
+    return "cast" if len({ap.dtype for ap in operands}) > 1 else "same"
+
+
+def _engine_cast(plan: Plan, reads: tuple[AccessPattern, ...],
+                 writes: tuple[AccessPattern, ...], core, ports: PortTable) -> Plan:
+    """A cast of an on-chip tensor in its own layout: SBUF to SBUF, partition by partition. The
+    compiler does it with a compute engine's copy, not the DMA engines ("if both src and dst
+    tiles are in SBUF, consider using nisa.tensor_copy instead for better performance",
+    nki.isa.dma_copy; tensor_copy runs on VectorE or GpSimd on NeuronCore-v2). trnsim puts it on
+    GpSimd, which a compiled model otherwise leaves idle (VectorE and ScalarE carry its norms,
+    softmax and PSUM evictions), at `TensorCopy`'s cost; its dependencies are the DMA's own."""
+    from trnsim.isa import TensorCopy
+
+    engine = Engine.GPSIMD if core.gpsimd is not None else Engine.VECTOR
+    dst = next(ap for ap in writes if ap.memory is Memory.SBUF) \
+        if any(ap.memory is Memory.SBUF for ap in writes) else None
+    src = next(ap for ap in reads if ap.memory is Memory.SBUF) \
+        if any(ap.memory is Memory.SBUF for ap in reads) else None
+    if dst is None:  # SBUF -> on-chip tensor: the on-chip tensor takes the SBUF side's layout
+        dst = dataclasses.replace(src, dtype=writes[0].dtype)
+    if src is None:
+        src = dataclasses.replace(dst, dtype=reads[0].dtype)
+    cost = TensorCopy(dst=dst, src=src, engine=engine).cost(core)
+    plan.code = STREAM_OF_ENGINE[engine]
+    plan.busy, plan.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
+    plan.ports = ports.held_by(plan.code, {Memory.SBUF})
+    return plan
