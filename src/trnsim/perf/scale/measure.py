@@ -139,6 +139,13 @@ def main() -> None:
     os.environ.pop("TRNSIM_XLA_SIMULATED_WORLD", None)
     if request["precision"] in ("bf16", "mixed"):
         os.environ["XLA_USE_BF16"] = "1"
+    # Only the step's timing is kept: the host's eager values may round to nearest even, which
+    # no instruction's cost depends on (stochastic rounding enters values, not times), instead
+    # of drawing a Philox number per element of every optimizer update (most of a 70B head
+    # shard's measuring time went there).
+    from trnsim.numerics.cast import ROUNDING_ENV
+
+    os.environ[ROUNDING_ENV] = "0"
     from trnsim.perf.scale.layer import HeadShape, LayerShape
     from trnsim.runtime.compile import write_json
     from trnsim.runtime.xla import api

@@ -37,10 +37,11 @@ class SearchResult:
     rejected: dict[str, int] = field(default_factory=dict)  # reason -> count
     backend: str = "in-process"
     seconds: float = 0.0
+    start_seconds: float = 0.0  # of `seconds`, starting a local Ray (0 in-process)
 
     def to_dict(self, top: int | None = None) -> dict:
         return {"evaluated": self.evaluated, "fitting": self.fitting, "backend": self.backend,
-                "seconds": self.seconds, "rejected": self.rejected,
+                "seconds": self.seconds, "start_seconds": self.start_seconds, "rejected": self.rejected,
                 "plans": [p.to_dict() for p in self.plans[:top]]}
 
 
@@ -156,8 +157,9 @@ def search(model: ModelSpec, system: System, work: Training, *, backend: str = "
     table = timing_table(system, ready, model, progress)
     if progress:
         progress(f"composing {len(ready)} fitting layouts ({backend})")
+    started = [0.0]
     if backend == "ray":
-        plans = _run_ray(model, system, ready, table, chunks, ray_address)
+        plans = _run_ray(model, system, ready, table, chunks, ray_address, started)
     else:
         plans = evaluate(model, system, ready, table)
     if max_days is not None:
@@ -166,11 +168,13 @@ def search(model: ModelSpec, system: System, work: Training, *, backend: str = "
         plans = [p for p in plans if p.time_to_train(tokens)["days"] <= max_days]
     plans.sort(key=_rank_key)
     return SearchResult(len(pairs), len(ready), plans, rejected, backend,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, started[0])
 
 
-def _run_ray(model, system, ready, table: TimingTable, chunks: int,
-             address: str | None) -> list[TrainingPlan]:
+def _run_ray(model, system, ready, table: TimingTable, chunks: int, address: str | None,
+             started_s: list[float]) -> list[TrainingPlan]:
+    """`started_s[0]`: seconds spent starting Ray (importing it, ray.init)."""
+    begin = time.perf_counter()
     try:
         import ray
     except ImportError:
@@ -182,6 +186,7 @@ def _run_ray(model, system, ready, table: TimingTable, chunks: int,
         ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                  configure_logging=False, **kwargs)
         started = True
+    started_s[0] = time.perf_counter() - begin
     try:
         task = ray.remote(evaluate)
         size = max(1, -(-len(ready) // max(1, chunks)))

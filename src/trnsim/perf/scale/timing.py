@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,6 +92,12 @@ def entry_path(kind: str, shape, instance: str, precision: str, optimizer: str,
     return root / f"{kind}-{shape.key()}-{key}.json"
 
 
+def done_count(missing: list[dict], finished: int) -> str:
+    """Which shapes the child timed before it stopped (each written as it finished)."""
+    left = [Path(item["path"]).name.rsplit("-", 1)[0] for item in missing[finished:]]
+    return f"{finished} of {len(missing)} shape(s) timed; not timed: {', '.join(left)}"
+
+
 class Timer:
     """Timings of layer and head shapes on one instance type, precision and optimizer."""
 
@@ -145,20 +152,38 @@ class Timer:
                                    else "")
         if self.progress:
             self.progress(f"simulating {len(missing)} shape(s) on {self.instance}")
-        proc = subprocess.Popen([sys.executable, "-m", "trnsim.perf.scale.measure"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(request))
-        proc.stdin.close()
-        for done, _ in enumerate(proc.stdout, 1):
-            self.measured += 1
-            if self.progress:
-                self.progress(f"simulated {done} of {len(missing)} shape(s)")
-        err = proc.stderr.read() if proc.stderr else ""
-        if proc.wait() != 0:
+        code, finished, err = self._run_child(request, env, len(missing))
+        if code < 0:  # a signal: SIGKILL is what the kernel's out-of-memory killer sends
+            import signal
+
+            name = signal.Signals(-code).name
+            raise MeasurementError(
+                f"timing shapes on {self.instance}: the measuring process was killed by {name}"
+                + (" (out of host memory? the lazy device holds the step's values on the host)"
+                   if name == "SIGKILL" else "") + f"; {done_count(missing, finished)}")
+        if code != 0:
             raise MeasurementError(f"timing shapes on {self.instance} failed: "
                                    f"{err.strip().splitlines()[-1] if err.strip() else '?'}")
+
+    def _run_child(self, request: dict, env: dict, count: int) -> tuple[int, int, str]:
+        """Run the measuring child; (its exit code, shapes it finished, its stderr). Its stderr
+        goes to a file: a pipe read only at the end would block a child that writes more than
+        the pipe holds (warnings, split notes) while stdout is read."""
+        finished = 0
+        with tempfile.TemporaryFile("w+") as errors:
+            proc = subprocess.Popen([sys.executable, "-m", "trnsim.perf.scale.measure"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=errors, text=True, env=env)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(request))
+            proc.stdin.close()
+            for finished, _ in enumerate(proc.stdout, 1):
+                self.measured += 1
+                if self.progress:
+                    self.progress(f"simulated {finished} of {count} shape(s)")
+            code = proc.wait()
+            errors.seek(0)
+            return code, finished, errors.read()
 
     def timing(self, kind: str, shape) -> Timing:
         found = self.cached(kind, shape)
