@@ -42,6 +42,18 @@ def test_generate_times_prefill_and_each_decode_bucket(capsys, config):
     assert data["usd_per_million_tokens"] > 0
 
 
+def test_generate_with_int8_weights(capsys, config):
+    """--quantize int8: the steps compile with int8 linear weights (a deployment of its own in
+    the step cache); an unknown weight dtype is a clean error."""
+    code, out, err = run(capsys, "generate", config, "--input-tokens", "100", "--output-tokens",
+                         "4", "--max-length", "128", "--quantize", "int8", "--json")
+    assert code in (0, None), err
+    data = json.loads(out)
+    assert data["quantize"] == "int8" and data["ttft_ms"] > 0 and data["tpot_ms"] > 0
+    code, _, err = run(capsys, "generate", config, "--output-tokens", "4", "--quantize", "int4")
+    assert code == 2 and "int8" in err
+
+
 def test_generate_refuses_a_sequence_past_the_model(capsys, config):
     code, _, err = run(capsys, "generate", config, "--input-tokens", "200", "--output-tokens",
                        "100")

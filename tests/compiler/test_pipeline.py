@@ -19,7 +19,7 @@ from trnsim.errors import UnknownNameError
 def test_pipeline_is_one_ordered_list_with_a_reason_each():
     assert PASS_NAMES == ("fold", "canonicalize", "expand_attention", "auto_cast",
                           "fuse_attention", "fuse_matmul",
-                          "fuse_norms", "fuse_elementwise", "tensor_parallel",
+                          "fuse_norms", "fuse_elementwise", "quantize_weights", "tensor_parallel",
                           "layout", "plan_memory", "schedule")
     assert all(len(p.reason) > 20 for p in PIPELINE)
     assert describe().count("\n") == len(PIPELINE) - 1

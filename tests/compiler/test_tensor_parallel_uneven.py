@@ -141,3 +141,28 @@ def test_row_parallel_sums_are_reduced_in_the_models_dtype():
 
     assert reduced(fp32) == ["float32"] * 2
     assert reduced(bf16) == ["bfloat16"] * 2
+
+
+def test_query_heads_padded_per_group_over_replicated_kv_heads():
+    """8 query heads and 2 KV heads over 6 ranks (Llama-3-8B on 24 ranks in miniature: 32 and
+    8): each KV head on 3 ranks, its 4 query heads padded to 6 at the group's end (NxD's
+    interleaved padding), two a rank, so attention stays split in prefill and decode; only the
+    output projection, the MLP and the vocabulary cost collectives."""
+    model = _llama(heads=8, kv_heads=2, intermediate=96)
+    graph = _check_prefill_and_decode(model, 6)
+    weights = {n.name.split("_proj")[0].rsplit("_", 1)[-1]: graph.constant(n)
+               for n in graph.nodes if n.op == "constant" and "_proj" in n.name
+               and "self_attn" in n.name}
+    assert weights["q"].shape == (32, 128) and weights["o"].shape == (128, 32)
+    # rank 2 holds group 0's padding slots 4 and 5: zero query rows and output columns
+    assert not weights["q"].value(2).any() and not weights["o"].value(2).any()
+    q_all = np.concatenate([weights["q"].value(r) for r in range(6)])
+    real = q_all.reshape(2, 6, 16, 128)[:, :4].reshape(128, 128).astype(np.float32)
+    np.testing.assert_allclose(real, model.model.layers[0].self_attn.q_proj.weight.detach(),
+                               rtol=1e-2, atol=1e-3)  # the bf16 (auto-cast) image of the rows
+    attention = [n for n in graph.nodes if n.op == "k.attention"]
+    assert attention and all(n.attrs["batch"] == (2, 1) and n.attrs["sq"] == 2
+                             for n in attention)
+    assert _collectives(graph) == ["all_reduce"] * 2 + ["all_gather"]
+    ids = torch.randint(0, 250, (2, 8))
+    assert _collectives(_split_graph(model, 6, (ids,))) == ["all_reduce"] * 2 + ["all_gather"]

@@ -13,7 +13,7 @@ from trnsim.errors import InvalidArgumentError
 
 
 def step_timer(model: str, instance: str, tp: int, lnc: int | None, auto_cast: str | None,
-               quiet: bool):
+               quiet: bool, quantize: str | None = None):
     """The model's source and a StepTimer for it on the deployment (shared with `serve`)."""
     from trnsim import hardware
     from trnsim.perf.serving.models import resolve_model
@@ -21,7 +21,7 @@ def step_timer(model: str, instance: str, tp: int, lnc: int | None, auto_cast: s
 
     source = resolve_model(model)
     spec = hardware.instance(instance)
-    deployment = Deployment(spec.name, tp, lnc, auto_cast)
+    deployment = Deployment(spec.name, tp, lnc, auto_cast, quantize=quantize)
     progress = None if quiet else (lambda text: err_console().print(text, highlight=False))
     return source, StepTimer(source.name, source.build, source.config, deployment,
                              progress=progress)
@@ -73,6 +73,9 @@ def generate_command(
     lnc: int = typer.Option(None, "--lnc", help="Logical NeuronCore size (Trainium2/3)."),
     auto_cast: str = typer.Option(None, "--auto-cast", help="none | matmult | all; default the "
                                   "instance compiler's (matmult: bf16 matmuls)."),
+    quantize: str = typer.Option(None, "--quantize", help="Weight-only quantization: int8 "
+                                 "stores linear weights as int8, dequantized on chip (NxD "
+                                 "Inference's quantization_dtype)."),
     input_tokens: int = typer.Option(128, "--input-tokens", "--prompt-len", min=1),
     output_tokens: int = typer.Option(128, "--output-tokens", min=1),
     batch: int = typer.Option(1, "--batch", min=1),
@@ -99,7 +102,7 @@ def generate_command(
     from trnsim.perf.serving.buckets import parse_buckets
     from trnsim.perf.serving.generation import time_generation
 
-    source, timer = step_timer(model, instance, tp, lnc, auto_cast, as_json)
+    source, timer = step_timer(model, instance, tp, lnc, auto_cast, as_json, quantize)
     length = max_length or input_tokens + output_tokens
     if source.max_positions and length > source.max_positions:
         raise InvalidArgumentError(f"--max-length {length} exceeds {source.name}'s "
@@ -119,6 +122,7 @@ def generate_command(
                              output_tokens=output_tokens, prefill_buckets=pre,
                              decode_buckets=dec)
     data = {"model": source.name, "instance": timer.deployment.instance, "tp": tp, "lnc": lnc,
+            "quantize": quantize,
             **timing.to_dict(), "compiles": timer.compiles}
     if token_result is not None:
         data["tokens"] = token_result

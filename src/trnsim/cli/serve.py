@@ -56,6 +56,8 @@ def serve_command(
     tp: int = typer.Option(1, "--tp", min=1),
     lnc: int = typer.Option(None, "--lnc"),
     auto_cast: str = typer.Option(None, "--auto-cast"),
+    quantize: str = typer.Option(None, "--quantize", help="Weight-only quantization (int8) of "
+                                 "the simulated deployment's linear weights."),
     replicas: int = typer.Option(None, "--replicas", help="Default: every copy the instance "
                                  "holds (NeuronCores // TP)."),
     rate: float = typer.Option(None, "--rate", help="Requests per second."),
@@ -103,6 +105,10 @@ def serve_command(
     if port is not None:
         from trnsim.cli.http_server import run_server
 
+        if quantize is not None:
+            raise InvalidArgumentError("--quantize applies to --simulate (the HTTP server runs "
+                                       "the model's own weights)")
+
         run_server(model, host=host, port=port, instance=instance, tp=tp, lnc=lnc,
                    auto_cast=auto_cast, max_batch=max_batch, queue_size=queue_size,
                    timeout_s=timeout_s)
@@ -128,14 +134,14 @@ def serve_command(
         key = (layout.instance, layout.tensor_parallel, layout.lnc)
         if key not in timers:
             source, timer = step_timer(model, layout.instance, layout.tensor_parallel,
-                                       layout.lnc, auto_cast, as_json)
+                                       layout.lnc, auto_cast, as_json, quantize)
             timers[key] = (source, timer)
         source, timer = timers[key]
         weights = timer.weight_bytes()
         if draft_model:  # the draft model's weights share the replica's HBM
             if key not in drafts:
                 drafts[key] = step_timer(draft_model, layout.instance, layout.tensor_parallel,
-                                         layout.lnc, auto_cast, as_json)[1]
+                                         layout.lnc, auto_cast, as_json, quantize)[1]
             weights += drafts[key].weight_bytes()
         return timer, weights
 

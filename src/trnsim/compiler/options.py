@@ -36,6 +36,8 @@ MODEL_TYPES = ("generic", "transformer", "unet-inference")
 DEFAULT_MODEL_TYPE = "transformer"  # torch-neuronx's default flag since Neuron 2.14
 MODEL_TYPE_DEFAULT_SINCE_SDK = (2, 14)
 FLAGS_ENV = "NEURON_CC_FLAGS"
+# Weight storage dtypes of weight-only quantization (trnsim.compiler.passes.quantize).
+QUANTIZE_DTYPES = ("int8",)
 
 # Flags neuronx-cc accepts that change nothing trnsim simulates (yet); kept, reported, ignored.
 _KNOWN_IGNORED = ("--distribution-strategy", "--enable-mixed-precision-accumulation",
@@ -59,6 +61,9 @@ class CompileOptions:
     tensor_parallel: int | None = None
     # neuron-cc's --neuroncore-pipeline-cores (Inferentia only): stages over that many cores
     pipeline_cores: int | None = None
+    # weight-only quantization ("int8": linear weights stored int8, dequantized on chip, as NxD
+    # Inference's quantization_dtype and transformers-neuronx's QuantizationConfig); None: off
+    quantize: str | None = None
     dump_after: tuple[str, ...] = ()
     ignored_flags: tuple[str, ...] = field(default=(), compare=False)
     # the resolved `hardware.InstanceSpec` of `instance`: looked up once, read by every pass
@@ -91,6 +96,9 @@ class CompileOptions:
                                                 or self.pipeline_cores < 1):
             raise InvalidArgumentError(f"pipeline_cores={self.pipeline_cores!r}: expected a "
                                        f"positive integer")
+        if self.quantize is not None and self.quantize not in QUANTIZE_DTYPES:
+            raise InvalidArgumentError(f"quantize={self.quantize!r}: weight-only quantization "
+                                       f"supports {', '.join(QUANTIZE_DTYPES)}")
         tp = self.tensor_parallel
         if tp is not None and (not isinstance(tp, int) or tp < 1 or self.cores % tp):
             raise InvalidArgumentError(f"tensor_parallel={tp!r}: expected a positive integer that "
@@ -110,7 +118,8 @@ class CompileOptions:
         return {"instance": self.instance, "cores": self.cores, "auto_cast": self.auto_cast,
                 "auto_cast_type": self.auto_cast_type, "lnc": self.lnc,
                 "model_type": self.model_type,
-                "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores}
+                "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores,
+                **({"quantize": self.quantize} if self.quantize else {})}
 
 
 def default_auto_cast(spec) -> str:

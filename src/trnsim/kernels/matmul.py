@@ -13,6 +13,10 @@ Batch. When B is shared by every batch item (a weight) and A/out fold into rows,
 folded into M: one problem, weights streamed once. Otherwise each batch item is its own problem,
 in its own scope so consecutive items overlap.
 
+Int8 weights. An int8 B (weight-only quantization, `trnsim.compiler.passes.quantize`) moves
+from HBM as int8, one byte a weight, and is converted to the compute dtype in SBUF (exact:
+int8 values are bf16 values); its scale is the caller's epilogue.
+
 Bias. Added to the accumulator before the epilogue: as a broadcast [128, n] tile (built once
 with one TensorE ones-matmul per 512 columns, not a 128x larger DMA) added during eviction, or,
 for out^T, as the per-partition bias operand of the ScalarE eviction.
@@ -66,7 +70,7 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
                                    f" -> out {list(out.shape)}")
     if stationary not in ("a", "b"):
         raise InvalidArgumentError(f"matmul stationary must be 'a' or 'b'; got {stationary!r}")
-    if a.dtype_spec.is_int or b.dtype_spec.is_int:
+    if a.dtype_spec.is_int or (b.dtype_spec.is_int and b.dtype_spec.name != "int8"):
         raise UnsupportedError(f"matmul of integer tensors ({a.dtype_spec.name} @ "
                                f"{b.dtype_spec.name}): TensorE multiplies floats and sums in fp32, "
                                f"exact only below 2^24, where PyTorch's integer matmul is exact; "

@@ -68,6 +68,12 @@ from trnsim.numerics import dtype as as_dtype
 Sink = Callable[[Tile, int, int], None]  # sink(acc [rows, cols] in PSUM, row0, col0)
 
 
+# Engines an int8 weight block's conversion to the compute dtype alternates between: both read
+# and write SBUF at one element per lane per cycle; GpSimd, the third engine that can copy, runs
+# far fewer lanes (hardware reference: 16 fp32 per cycle), so it is left out.
+DEQUANTIZE_ENGINES = (nisa.vector_engine, nisa.scalar_engine)
+
+
 def core_of_trace():
     return current_trace().core
 
@@ -90,6 +96,7 @@ class Engine:
         self.max_acc_banks = max_acc_banks
         self.evictor = evictor or Evictor()
         self.compute_bytes = as_dtype(compute_dtype).itemsize
+        self.conversions = 0  # int8 blocks dequantized so far (`loaded`)
         core = core_of_trace()
         self.plan = choose_plan(self.rows, self.cols, self.k, lhs, rhs, self.compute_bytes,
                                 max_acc_banks, self._compute_bound(core, out_bytes),
@@ -121,16 +128,28 @@ class Engine:
             per_dma = max(1, DMA_PIECE_BYTES // max(1, count * self.compute_bytes))
             for a in range(t0, min(t1, tiling.full), per_dma):
                 n = min(per_dma, min(t1, tiling.full) - a)
-                dst[:, a - t0:a - t0 + n, :] = nl.load(tiling.kmajor_view(view, a, n))
+                dst[:, a - t0:a - t0 + n, :] = self.loaded(tiling.kmajor_view(view, a, n))
             if t1 > tiling.full:
                 rest = tiling.rows(tiling.full)
-                dst[0:rest, tiling.full - t0, :] = nl.load(tiling.rest_view(view))
+                dst[0:rest, tiling.full - t0, :] = self.loaded(tiling.rest_view(view))
             return
         for r0, rr in tiles(count, P):
             with kernel_scope("rows to K-major"):
                 rows = nl.ndarray((P, self.k), dtype=self.dtype, buffer=nl.sbuf)
-                rows[0:rr, :] = nl.load(operand.columns(start + r0, rr))
+                rows[0:rr, :] = self.loaded(operand.columns(start + r0, rr))
                 self.transpose(dst[:, :, r0:r0 + rr], rows[0:rr, :], t0, t1)
+
+    def loaded(self, view: Tile) -> Tile:
+        """An HBM operand block loaded into SBUF for TensorE. An int8 weight (weight-only
+        quantization) is DMAed as int8, one byte an element, then converted to the compute
+        dtype on chip (the dequantization; its scale is applied at eviction), blocks alternating
+        between VectorE and ScalarE as independent copies can; anything else is cast by the DMA
+        as it lands."""
+        if view.dtype_spec.name != "int8" or as_dtype(self.dtype).name == "int8":
+            return nl.load(view)
+        self.conversions += 1
+        engine = DEQUANTIZE_ENGINES[self.conversions % len(DEQUANTIZE_ENGINES)]
+        return nisa.tensor_copy(nl.load(view), dtype=self.dtype, engine=engine)
 
     def transpose(self, dst: Tile, rows: Tile, t0: int = 0, t1: int | None = None) -> None:
         """dst [128, t1-t0, R] = K tiles t0..t1 of SBUF rows [R, K], four per PSUM bank."""
@@ -404,7 +423,7 @@ class StagedLoader:
             return
         stage = self.staging[v % self.stages]
         for i, (r0, rr) in enumerate(tiles(count, P)):
-            stage[0:rr, i, :] = nl.load(self.operand.columns(start + r0, rr))
+            stage[0:rr, i, :] = self.engine.loaded(self.operand.columns(start + r0, rr))
 
     def _finish(self, v: int) -> None:
         self.finished = v + 1

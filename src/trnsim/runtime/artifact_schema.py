@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from trnsim.compiler.options import MODEL_TYPES
+from trnsim.compiler.options import MODEL_TYPES, QUANTIZE_DTYPES
 from trnsim.errors import TrnsimError
 from trnsim.runtime.artifact_files import MEMBER_NAME, ArtifactError
 
@@ -149,6 +149,7 @@ OPTION_FIELDS: dict[str, Callable[[Any, str, str], Any]] = {
     "tensor_parallel": lambda v, f, k: integer(v, f, k, 1, MAX_TENSOR_PARALLEL, optional=True),
     "pipeline_cores": lambda v, f, k: integer(v, f, k, 1, MAX_STAGES, optional=True),
     "model_type": lambda v, f, k: one_of(v, f, k, MODEL_TYPES),
+    "quantize": lambda v, f, k: one_of(v, f, k, QUANTIZE_DTYPES),
 }
 
 

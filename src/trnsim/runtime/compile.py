@@ -30,14 +30,15 @@ def trace(model: Any, example_inputs: Any, *, instance: Any = "inf2.xlarge", cor
           optlevel: int | None = None, lnc: int | None = None, workdir: str | None = None,
           dump_after: tuple[str, ...] | str = (), kwargs: dict | None = None,
           tensor_parallel: int | None = None, pipeline_cores: int | None = None,
-          model_type: str | None = None) -> CompiledModel:
+          model_type: str | None = None, quantize: str | None = None) -> CompiledModel:
     """Compile `model` for `instance` (a name or an InstanceSpec; torch_neuronx.trace semantics,
     see trnsim.compiler).
 
     auto_cast / auto_cast_type default to NEURON_CC_FLAGS, else neuronx-cc's defaults (matmult,
     bf16); `optlevel` is checked and reported as an ignored flag (one pass pipeline);
     `model_type` (neuronx-cc's --model-type) to NEURON_CC_FLAGS, else ``transformer``
-    (torch-neuronx's default). The model
+    (torch-neuronx's default). `quantize="int8"` stores linear weights as int8, dequantized on
+    chip (NxD Inference's weight-only quantization; trnsim.compiler.passes.quantize). The model
     uses `cores` NeuronCores of the visible ones (NEURON_RT_VISIBLE_CORES /
     NEURON_RT_NUM_CORES): copies of it for throughput (data
     parallel), each copy split over `tensor_parallel` cores. By default a copy takes one core
@@ -55,7 +56,8 @@ def trace(model: Any, example_inputs: Any, *, instance: Any = "inf2.xlarge", cor
     options = options_from_env(instance=spec, cores=cores, auto_cast=auto_cast,
                                auto_cast_type=auto_cast_type, optlevel=optlevel, lnc=lnc,
                                dump_after=dump_after or None, tensor_parallel=tensor_parallel,
-                               pipeline_cores=pipeline_cores, model_type=model_type)
+                               pipeline_cores=pipeline_cores, model_type=model_type,
+                               quantize=quantize)
     if options.cores == 1 and (options.pipeline_cores or 1) > 1:  # asked in NEURON_CC_FLAGS
         options = replace(options, cores=options.pipeline_cores)
     physical_cores(options)  # an LNC the chip does not have is an error, before anything else

@@ -45,3 +45,19 @@ def test_generation_rows_predict_ttft_and_median_tpot(tmp_path, monkeypatch):
     assert tpot.predicted == pytest.approx(steps["decode:1:256:layers=1"])
     assert steps["decode:1:256:layers=1"] > steps["decode:1:128:layers=1"]
     assert bad.status == "skipped" and "TP<N>" in bad.reason
+
+
+def test_a_row_with_int8_weight_storage_times_int8_weights(tmp_path, monkeypatch):
+    """dtype ``bf16+int8``: the published "Weight Storage Data Type" int8; the step cache keys
+    the deployment's quantization, and a weight dtype trnsim does not model is refused."""
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tiny.json").write_text(json.dumps(CONFIG))
+    rows = [f"g-{d},generation,tiny.json,inf2.xlarge,1,{d},1,256,ttft,1.0,ms,test,,,TP1,,,100,"
+            f"60,1" for d in ("bf16", "bf16+int8", "bf16+int4")]
+    (tmp_path / "rows.csv").write_text(HEADER + "\n".join(rows) + "\n")
+    results = {r.id: r for r in validate(tmp_path / "rows.csv", kinds=("generation",))}
+    assert results["g-bf16"].status == results["g-bf16+int8"].status == "ok"
+    assert results["g-bf16+int4"].status != "ok" and "+int8" in results["g-bf16+int4"].reason
+    deployments = sorted(json.loads(p.read_text())["deployment"].get("quantize", "-")
+                         for p in (tmp_path / "cache" / "serving").glob("steps-*.json"))
+    assert deployments == ["-", "int8"]

@@ -24,6 +24,7 @@ from trnsim.compiler.passes.fuse_matmul import fuse_matmul
 from trnsim.compiler.passes.fuse_norms import fuse_norms
 from trnsim.compiler.passes.layout import choose_layout
 from trnsim.compiler.passes.memory import plan_memory, tensor_parallel_degree
+from trnsim.compiler.passes.quantize import quantize_weights
 from trnsim.compiler.passes.schedule import schedule
 from trnsim.compiler.passes.tensor_parallel import tensor_parallel
 from trnsim.errors import UnknownNameError
@@ -54,6 +55,8 @@ PIPELINE: tuple[Pass, ...] = (
          "a LayerNorm/RMSNorm/softmax reads its rows once and computes statistics in fp32"),
     Pass("fuse_elementwise", lambda g, o: fuse_elementwise(g),
          "chains of elementwise ops read and write HBM once; every op is now a kernel"),
+    Pass("quantize_weights", lambda g, o: quantize_weights(g, o.quantize),
+         "weight-only int8 (when asked): half the weight bytes in HBM and over DMA"),
     Pass("tensor_parallel", lambda g, o: tensor_parallel(g, tensor_parallel_degree(g, o)),
          "split large weights over several cores when one core's HBM cannot hold the model"),
     Pass("layout", lambda g, o: choose_layout(g, o.spec.chip.core),

@@ -28,7 +28,8 @@ zero-padded up to the next multiple of the degree (`Split.padded`; the padding's
 next row-parallel weight are zero, so the sums are unchanged and the padding is dropped when a
 value is gathered); fewer key/value heads than ranks are replicated, each rank holding the one
 its query head reads (`Split.parts` < degree, NxD's ``kv_size_multiplier``), and the query heads
-of one key/value head are then cut over that head's ranks (`Split.inner`). Attention that reads a
+of one key/value head are then cut over that head's ranks (`Split.inner`); query heads that must
+also be padded are padded per key/value group (`Split.interleave`, `tp_padding`). Attention that reads a
 replicated KV cache (a decode step's cache input) reads only its ranks' heads of it (a gather of
 its chunk).
 
@@ -47,6 +48,7 @@ import numpy as np
 from trnsim.compiler.errors import IRError
 from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, Step
 from trnsim.compiler.ir import Constant, Graph, Node, Rewriter
+from trnsim.compiler.passes.tp_padding import interleaved, interleaved_rows, projection_of
 from trnsim.numerics import dtype as as_dtype
 
 # A matmul weight smaller than this is not split when its input is replicated: the all-gather
@@ -68,13 +70,18 @@ class Split:
     """How a value of the rank-local graph is cut over the ranks (`trnsim.compiler.ir.Shard`
     for its fields): along `axis` into `groups` parts, each padded to ``padded // groups`` and
     cut into `parts` chunks, rank r holding chunk ``r * parts // degree``; with `inner`, the
-    ``degree // parts`` ranks that share a chunk each hold their own chunk of axis `inner`."""
+    ``degree // parts`` ranks that share a chunk each hold their own chunk of axis `inner`
+    (`inner_padded`: that axis padded to this length first, its padding copies of real rows).
+    `interleave`: the axis is `interleave` equal parts each padded at its end (together
+    `padded` long), then cut plainly, query heads padded per key/value group (`tp_padding`)."""
 
     axis: int
     parts: int
     groups: int = 1
     padded: int | None = None
     inner: int | None = None
+    inner_padded: int | None = None
+    interleave: int | None = None
 
     def shifted(self, by: int) -> Split:
         return replace(self, axis=self.axis + by,
@@ -112,6 +119,7 @@ class _Sharder:
         self.shards: dict[tuple, Node] = {}  # (old constant id, shard) -> sharded constant
         self.selected: dict[tuple, Node] = {}  # (old node id, split) -> its rank's chunk
         self._by_id = {id(n): n for n in graph.nodes}
+        self.query_groups = self._query_groups()  # query projection id -> its KV heads
 
     def run(self) -> Graph:
         handlers = {"k.matmul": self._matmul, "k.attention": self._attention,
@@ -171,7 +179,7 @@ class _Sharder:
             return self._view("reshape", whole, old.shape)
         gathered = self._collective(local, "all_gather", axis, old.source)
         if reps == 1 and s.inner is None:
-            return self._unpadded(gathered, old, axis)
+            return self._unpadded(gathered, old, axis, s)
         # along `axis`: degree chunks in rank order, rank r = (chunk, sharer) = divmod(r, reps)
         g = gathered.shape
         split = self._view("reshape", gathered, (*g[:axis], s.parts, reps, g[axis] // self.degree,
@@ -186,12 +194,23 @@ class _Sharder:
             split = self.rw.emit("permute", [split], {"dims": tuple(dims)})
             merged = list(old.shape)
             merged[axis] = s.parts * shape[axis]
-        return self._unpadded(self._view("reshape", split, tuple(merged)), old, axis)
+            if s.inner_padded:
+                merged[s.inner] = s.inner_padded
+                whole = self._view("reshape", split, tuple(merged))
+                split = self._view("slice", whole, axis=s.inner, start=0, end=old.shape[s.inner])
+                merged[s.inner] = old.shape[s.inner]
+        return self._unpadded(self._view("reshape", split, tuple(merged)), old, axis, s)
 
-    def _unpadded(self, whole: Node, old: Node, axis: int) -> Node:
+    def _unpadded(self, whole: Node, old: Node, axis: int, s: Split) -> Node:
         if whole.shape[axis] == old.shape[axis]:
             return whole
-        return self._view("slice", whole, axis=axis, start=0, end=old.shape[axis])
+        if not s.interleave:
+            return self._view("slice", whole, axis=axis, start=0, end=old.shape[axis])
+        shape, g = whole.shape, s.interleave  # each group's padding sits at the group's end
+        parts = self._view("reshape", whole, (*shape[:axis], g, shape[axis] // g,
+                                              *shape[axis + 1:]))
+        kept = self._view("slice", parts, axis=axis + 1, start=0, end=old.shape[axis] // g)
+        return self._view("reshape", kept, old.shape)
 
     def _view(self, op: str, x: Node, shape: tuple | None = None, **attrs) -> Node:
         if op == "reshape":
@@ -206,6 +225,12 @@ class _Sharder:
     def sharded_constant(self, old: Node, s: Split) -> Node:
         key = (id(old), s)
         found = self.shards.get(key)
+        if found is None and s.interleave:  # padded here, then cut plainly
+            c = self.old.constant(old)
+            data = Constant(interleaved(np.asarray(c.data), s.axis, s.interleave, s.padded),
+                            c.dtype, c.origin, c.pending).sharded(s.axis, self.degree, 1, s.parts)
+            found = self.shards[key] = self.rw.new.add_data(data, name=f"{old.name}_tp",
+                                                            source=old.source)
         if found is None:
             data = self.old.constant(old).sharded(s.axis, self.degree, s.groups, s.parts,
                                                   s.padded)
@@ -221,7 +246,8 @@ class _Sharder:
         found = self.selected.get(key)
         if found is None:
             size = old.shape[s.axis]
-            index = np.minimum(np.arange(s.padded or size, dtype=np.int32), size - 1)
+            index = interleaved_rows(size, s.interleave, s.padded) if s.interleave else \
+                np.minimum(np.arange(s.padded or size, dtype=np.int32), size - 1)
             data = Constant(index, as_dtype("int32"), "tensor_parallel").sharded(
                 0, self.degree, 1, s.parts)
             rows = self.rw.new.add_data(data, name=f"{old.name}_rows", source=old.source)
@@ -246,7 +272,8 @@ class _Sharder:
         held = {}
         for node in self.old.inputs:
             reads = chunks.get(id(node), set())
-            if not reads or id(node) in self.outputs or len({s for _, s in reads}) != 1:
+            if not reads or id(node) in self.outputs or len({s for _, s in reads}) != 1 \
+                    or any(s.interleave for _, s in reads):
                 continue
             selected = {old_id for old_id, _ in reads}
             if all(self._only_read_through(user, selected) for user in self.users[node]):
@@ -273,7 +300,7 @@ class _Sharder:
         if not 0 <= axis < old.rank or s.inner is not None:
             return False
         return (s.padded or old.shape[axis]) % (s.groups * s.parts) == 0 \
-            and old.shape[axis] % s.groups == 0
+            and old.shape[axis] % (s.groups * (s.interleave or 1)) == 0
 
     def _replicated_op(self, node: Node) -> None:
         inputs = [self.full(x) for x in node.inputs]
@@ -329,12 +356,37 @@ class _Sharder:
             return Split(out_axis, self.degree, groups)
         width = self._head_width(node)
         heads = n // width
+        if id(node) in self.query_groups:  # padded per KV group (tp_padding)
+            padded = -(-heads // self.degree) * self.degree * width
+            return Split(out_axis, self.degree, padded=padded,
+                         interleave=self.query_groups[id(node)])
         if heads % self.degree == 0:
             return self.plain(out_axis)
         if width > 1 and self.degree % heads == 0:
             return Split(out_axis, heads)
         padded = -(-heads // self.degree) * self.degree * width
         return Split(out_axis, self.degree, padded=padded)
+
+    def _query_groups(self) -> dict[int, int]:
+        """Query projections whose heads must be padded per key/value group (`tp_padding`):
+        query heads that do not divide the ranks read key/value heads replicated over them
+        (fewer KV heads than ranks, dividing them, and a group's query heads not dividing the
+        ranks that share its KV head). Maps the projection's id to the KV head count."""
+        found = {}
+        for node in self.old.nodes:
+            if node.op != "k.attention":
+                continue
+            q, k = (projection_of(x) for x in node.inputs[:2])
+            if q is None or k is None or q is k:
+                continue
+            width = self._head_width(q)
+            if width <= 1 or self._head_width(k) != width:
+                continue
+            heads, kv = q.shape[-1] // width, k.shape[-1] // width
+            if heads % self.degree and kv < self.degree and self.degree % kv == 0 \
+                    and heads % kv == 0 and (heads // kv) % (self.degree // kv):
+                found[id(q)] = kv
+        return found
 
     def _head_width(self, node: Node) -> int:
         """The head size if the product's readers cut its last axis into [heads, head size]
@@ -500,7 +552,7 @@ class _Sharder:
             return False
         if on_rows and (node.attrs["mask_kind"] != "none" or len(node.inputs) > 3):
             return False
-        want = replace(sq, inner=None) if on_rows else sq
+        want = replace(sq, inner=None, inner_padded=None) if on_rows else sq
         operands = []
         for x in (k, v):
             if self.split(x) == want:
@@ -624,6 +676,10 @@ class _Sharder:
                 and node.shape[grown[0]] % reps == 0:
             shape[grown[0]] //= reps
             split = replace(split, inner=grown[0])
+        elif reps > 1 and s.inner is None and s.padded is None and len(grown) == 1 \
+                and self.query_groups:  # copies for query heads padded per group (tp_padding)
+            shape[grown[0]] = -(-node.shape[grown[0]] // reps)
+            split = replace(split, inner=grown[0], inner_padded=shape[grown[0]] * reps)
         return self._keep_view(node, {**node.attrs, "shape": tuple(shape)}, split)
 
     def _reshape(self, node: Node) -> bool:
@@ -664,6 +720,14 @@ class _Sharder:
                     and (Fraction(src[s.axis] if s.padded is None else s.padded, s.parts)
                          * scale).denominator == 1:
                 return replace(s, axis=target, padded=None if padded is None else int(padded))
+        if s.interleave and s.parts == self.degree:  # heads padded per group -> [groups, heads]
+            for group_src, group_dst in _axis_groups(src, dst):
+                outer = [a for a in group_src if src[a] != 1]
+                wide = [b for b in group_dst if dst[b] != 1]
+                if outer == [s.axis] and len(wide) == 2 and dst[wide[0]] == s.interleave:
+                    return Split(wide[0], s.interleave, inner=wide[1],
+                                 inner_padded=s.padded // s.interleave)
+            return None
         if s.parts != self.degree or s.padded is not None:
             return None
         for group_src, group_dst in _axis_groups(src, dst):
@@ -688,6 +752,9 @@ class _Sharder:
             wide_dst = [b for b in group_dst if dst[b] != 1]
             if wide_src == [s.axis, s.inner] and len(wide_dst) == 1 \
                     and src[s.axis] == s.parts:
+                if s.inner_padded:  # KV copies for query heads padded per group
+                    return Split(wide_dst[0], self.degree, padded=s.parts * s.inner_padded,
+                                 interleave=s.parts if s.parts > 1 else None)
                 return self.plain(wide_dst[0])
             for a in (s.axis, s.inner):
                 if a in group_src:
@@ -710,7 +777,7 @@ def _product_dtype(node: Node) -> str:
 
 def _local_length(size: int, s: Split, axis: int, degree: int) -> int:
     if axis == s.inner:
-        return size // (degree // s.parts)
+        return (s.inner_padded or size) // (degree // s.parts)
     return (s.padded or size) // s.parts
 
 

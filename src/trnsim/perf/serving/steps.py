@@ -48,13 +48,26 @@ class Deployment:
     # The model's own dtype (torch name, e.g. "bfloat16"): that of its activations and KV cache,
     # as the deployment loads it (transformers-neuronx's amp). None: as the model is built (fp32).
     dtype: str | None = None
+    # Weight-only quantization ("int8": linear weights stored int8, dequantized on chip, as NxD
+    # Inference's quantization_dtype and transformers-neuronx's QuantizationConfig); None: off.
+    quantize: str | None = None
 
     def key(self) -> dict:
         key = {"instance": self.instance, "tp": self.tensor_parallel, "lnc": self.lnc,
                "auto_cast": self.auto_cast}
         if self.dtype is not None:  # keeps the keys of fp32 deployments' cached steps
             key["dtype"] = self.dtype
+        if self.quantize is not None:
+            key["quantize"] = self.quantize
         return key
+
+    def compile_options(self) -> dict:
+        """`trnsim.trace`'s keyword arguments for this deployment."""
+        spec = hardware.instance(self.instance)
+        return {"instance": spec.name, "auto_cast": self.auto_cast,
+                "lnc": self.lnc if self.lnc in spec.chip.lnc_options else None,
+                "tensor_parallel": self.tensor_parallel if self.tensor_parallel > 1 else None,
+                "quantize": self.quantize}
 
 
 def prefill_module(model: Any) -> Any:
@@ -120,8 +133,18 @@ class StepTimer:
         return self._config
 
     def weight_bytes(self, bytes_per_weight: int = 2) -> int:
-        """Parameters x bytes each (bf16 weights by default, as the published runs served)."""
-        return sum(p.numel() for p in self.model.parameters()) * bytes_per_weight
+        """Parameters x bytes each (bf16 weights by default, as the published runs served);
+        with int8 weight storage, a linear layer's weight is one byte a weight plus an fp32
+        scale per output column (`trnsim.compiler.passes.quantize`)."""
+        import torch
+
+        total = sum(p.numel() for p in self.model.parameters()) * bytes_per_weight
+        if self.deployment.quantize == "int8":
+            for module in self.model.modules():
+                if isinstance(module, torch.nn.Linear):
+                    weight = module.weight
+                    total -= weight.numel() * (bytes_per_weight - 1) - weight.shape[0] * 4
+        return total
 
     # --- step times -----------------------------------------------------------------------
     def prefill_ms(self, batch: int, length: int) -> float:
@@ -172,7 +195,6 @@ class StepTimer:
         import torch
 
         d = self.deployment
-        spec = hardware.instance(d.instance)
         model = self.model if layers is None else _with_layers(self._config, layers)
         if d.dtype is not None:  # meta weights: a dtype change allocates nothing
             model = model.to(getattr(torch, d.dtype))
@@ -183,9 +205,7 @@ class StepTimer:
             module, kwargs = prefill_module(model), {"input_ids": ids}
         else:
             module, kwargs = decode_step(model, batch=batch, context=size - 1)
-        compiled = trace(module, (), kwargs=kwargs, instance=spec.name, auto_cast=d.auto_cast,
-                         lnc=d.lnc if d.lnc in spec.chip.lnc_options else None,
-                         tensor_parallel=d.tensor_parallel if d.tensor_parallel > 1 else None)
+        compiled = trace(module, (), kwargs=kwargs, **d.compile_options())
         latency = float(compiled.report().latency_ms)
         self.compiles += 1
         self.compile_seconds += time.perf_counter() - start
@@ -330,12 +350,8 @@ class SequenceLogits:
                 def forward(self, input_ids):
                     return self.model(input_ids=input_ids, use_cache=False).logits
 
-            d = self.deployment
-            spec = hardware.instance(d.instance)
             module = Logits(self.model).eval()
             example = torch.zeros((batch, bucket), dtype=torch.long)
-            self._compiled[batch, bucket] = trace(
-                module, (example,), instance=spec.name, auto_cast=d.auto_cast,
-                lnc=d.lnc if d.lnc in spec.chip.lnc_options else None,
-                tensor_parallel=d.tensor_parallel if d.tensor_parallel > 1 else None)
+            self._compiled[batch, bucket] = trace(module, (example,),
+                                                  **self.deployment.compile_options())
         return self._compiled[batch, bucket]

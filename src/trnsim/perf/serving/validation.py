@@ -7,7 +7,9 @@ parallelism (``TP32``), ``input_tokens``, ``output_tokens`` and ``concurrency`` 
 Neuron's defaults: powers of two from 128 up to ``seq``. The published tables give p50 figures,
 so TPOT is the median of the per-token step times. The model runs in the row's ``dtype`` (bf16 or
 fp16: its activations and KV cache in 16 bits, as the published runs loaded it), its matmuls
-auto-cast to bf16 by the compiler's default.
+auto-cast to bf16 by the compiler's default; ``bf16+int8`` (any model dtype ``+int8``) stores
+its linear weights as int8, the published "Weight Storage Data Type" int8
+(`trnsim.compiler.passes.quantize`).
 A model of more than one layer is composed from simulated one- and two-layer models
 (`StepTimer(compose_layers=True)`), which keeps a 32-layer 8B model's rows to minutes.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from trnsim.compiler.options import QUANTIZE_DTYPES
 from trnsim.errors import InvalidArgumentError
 
 # Hugging Face ids of published rows -> the config trnsim ships (trnsim/perf/data/models).
@@ -67,16 +70,18 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
     length = _int(row, "seq", inputs + outputs)
     spec = hardware.instance(row["instance"])
     dtype_text = (row.get("dtype") or "").strip().lower()
-    if dtype_text not in DTYPES:
-        raise InvalidArgumentError(f"generation row dtype {dtype_text!r}: known "
-                                   f"{', '.join(k for k in DTYPES if k)}")
-    dtype = DTYPES[dtype_text]
-    key = (name, spec.name, tp, dtype)
+    dtype_text, _, quantize = dtype_text.partition("+")
+    if dtype_text not in DTYPES or quantize not in ("", *QUANTIZE_DTYPES):
+        raise InvalidArgumentError(f"generation row dtype {row.get('dtype')!r}: known "
+                                   f"{', '.join(k for k in DTYPES if k)}, optionally followed by "
+                                   f"+{' or +'.join(QUANTIZE_DTYPES)} (weight storage)")
+    dtype, quantize = DTYPES[dtype_text], quantize or None
+    key = (name, spec.name, tp, dtype, quantize)
     timers = timers if timers is not None else _TIMERS
     if key not in timers:
         source = resolve_model(name)
         timers[key] = StepTimer(source.name, source.build, source.config,
-                                Deployment(spec.name, tp, dtype=dtype),
+                                Deployment(spec.name, tp, dtype=dtype, quantize=quantize),
                                 compose_layers=True)
     buckets = power_of_two_buckets(length)
     if metric == "ttft":  # the prompt's step alone: no decode step needs simulating
