@@ -115,3 +115,27 @@ def test_auto_loads_the_compiled_loop_once_the_python_loop_has_done_enough(monke
     assert compiled.use_compiled(compiled.LOAD_AFTER // 2)  # together they pay for loading
     monkeypatch.setenv(compiled.LOOP_ENV, "python")
     assert not compiled.use_compiled(10 * compiled.LOAD_AFTER)
+
+
+def test_a_functional_run_times_with_the_compiled_loop_and_computes_the_same_values(monkeypatch):
+    program = _mixed("v2", 40)
+    x = np.random.default_rng(1).standard_normal((128, 2048)).astype(np.float32)
+    checked = simulate(program, {"x": x}, mode="functional")  # check mode: records compared
+    monkeypatch.setenv(compiled.LOOP_ENV, "python")
+    python = simulate(program, {"x": x}, mode="functional")
+    np.testing.assert_array_equal(checked.outputs["out"], python.outputs["out"])
+    assert checked.profile.total_ns == python.profile.total_ns
+
+
+def test_a_functional_run_raises_the_python_loops_error_where_a_timing_step_fails(monkeypatch):
+    monkeypatch.setenv(compiled.LOOP_ENV, "compiled")
+    b = builder()
+    x = b.input("x", (128, 512), "float32")
+    moving = b.tile((128, 512), "float32")
+    stationary = b.tile((128, 128), "float32")
+    dst = b.tile((128, 512), "float32", memory=Memory.PSUM)
+    b.emit(DmaCopy(dst=moving, src=x.block((0, 0), (128, 512))),
+           MultiplyMoving(dst=dst, moving=moving, stationary=stationary),
+           LoadStationary(src=stationary))
+    with pytest.raises(InvalidArgumentError, match="no stationary tile loaded"):
+        simulate(b.build(), {"x": np.ones((128, 512), np.float32)}, mode="functional")

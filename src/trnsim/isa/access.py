@@ -45,6 +45,7 @@ class AccessPattern:
     # elements per partition, computed once: the simulator's planning and every check and cost
     # function ask for it (and for nbytes) many times per pattern
     _free_size: int = field(default=0, init=False, repr=False, compare=False)
+    _span: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.memory, self.dtype, self.partitions, self.dims,
@@ -129,10 +130,15 @@ class AccessPattern:
         return (low, high + 1)
 
     def byte_span(self) -> tuple[int, int]:
-        """Bytes touched: per partition for SBUF/PSUM, within the tensor for HBM."""
-        low, high = self.element_span()
-        size = self.dtype.itemsize
-        return (self.offset + low * size, self.offset + high * size)
+        """Bytes touched: per partition for SBUF/PSUM, within the tensor for HBM (computed once:
+        checks, bounds and dependency tracking all ask)."""
+        span = self._span
+        if span is None:
+            low, high = self.element_span()
+            size = self.dtype.itemsize
+            span = (self.offset + low * size, self.offset + high * size)
+            object.__setattr__(self, "_span", span)
+        return span
 
     def partition_range(self) -> tuple[int, int]:
         if self.memory is Memory.HBM:

@@ -190,6 +190,9 @@ class Trace:
     def __init__(self, name: str, core, *, dtype_style: str = "legacy",
                  tile_class: type[Tile] = Tile) -> None:
         self.builder = ProgramBuilder(name, core)
+        # every instruction is checked as it is emitted (`emit_now`), at the user's line: the
+        # simulator's planner does not check them again
+        self.builder.program.checked = True
         self._tile_ids = itertools.count()  # per trace, so tracing twice gives equal programs
         self.tile_class = tile_class  # the API's tensor type (legacy Tile or current NkiTensor)
         self.core = self.builder.core

@@ -91,9 +91,9 @@ class CoreRun:
             return
         step = self.scheduler.step
         state = self.state
+        if self.scheduler.dma.hbm is None and self._run_compiled():
+            return
         if state is None:
-            if self.scheduler.dma.hbm is None and self._run_compiled():
-                return
             for plan, ins in zip(self.plans, self.instructions, strict=True):
                 step(plan, ins)
         else:
@@ -104,7 +104,10 @@ class CoreRun:
 
     def _run_compiled(self) -> bool:
         """Time the whole program with the compiled loop (`trnsim.sim.compiled`) if it is
-        chosen and available; False to run the Python loop instead."""
+        chosen and available; False to run the Python loop instead. A functional run then
+        executes the instructions in program order: a straight-line program's timing does not
+        depend on its values, and an error is still the first the Python loop would raise (the
+        instructions before the one whose timing step fails are executed first)."""
         if not compiled.use_compiled(len(self.instructions)):
             return False
         kernel = compiled.kernel()
@@ -116,6 +119,9 @@ class CoreRun:
         arrays, uids = compiled_inputs(self.program, self.scheduler.core, self.scheduler.planner,
                                        self.plans)
         failed = compiled.run_with_kernel(kernel, self.scheduler, arrays, uids)
+        if self.state is not None:
+            for ins in self.instructions[:failed] if failed >= 0 else self.instructions:
+                execute(ins, self.state)
         if failed >= 0:  # raise the Python loop's error for that instruction
             self.scheduler.step(self.plans[failed], self.instructions[failed])
         self.position = len(self.instructions)

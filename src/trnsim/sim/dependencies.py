@@ -206,7 +206,10 @@ class RegionIndex:
         return sum(len(space.by_key) for space in (self.sbuf, self.psum, *self.hbm.values()))
 
     def region(self, ap: AccessPattern) -> Region:
-        return self.info(ap)[0]
+        found = self._by_ap.get(ap)
+        if found is None:
+            found = self._by_ap[ap] = (self._footprint(ap), ap.nbytes, ap.memory)
+        return found[0]
 
     def info(self, ap: AccessPattern) -> tuple[Region, int, Memory]:
         """(footprint, bytes accessed, memory) of an access pattern, computed once."""

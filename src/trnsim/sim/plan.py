@@ -121,7 +121,9 @@ class Planner:
 
     def plan_program(self, program: Program) -> list[Plan]:
         """One plan per instruction, in program order; raises the first legality error."""
-        check = not program.checked
+        # a front end's check counts for the core it checked against (`Program.checked`)
+        check = not (program.checked and (program.target is self.core
+                                          or program.target == self.core))
         cache = self._cache
         key_of = self.key
         plans: list[Plan] = []
@@ -159,9 +161,9 @@ class Planner:
         return cls, getter(ins)
 
     def _new(self, ins: Instruction, program: Program, check: bool = True, key=None) -> Plan:
-        """check=False for instructions their front end checked when it emitted them. `key`:
-        the instruction's `key`, under which its `InstructionFacts` are kept process-wide once
-        `check` passed (None: not hashable)."""
+        """check=False for instructions their front end checked, on this core, when it emitted
+        them. `key`: the instruction's `key`, under which its `InstructionFacts` are kept
+        process-wide once checked (None: not hashable)."""
         if getattr(type(ins), "KIND", ""):
             self.has_kinds = True
         facts = self._facts.get(key) if key is not None else None
@@ -174,7 +176,7 @@ class Planner:
                 self._bounded.add(ap)
         if facts is None:
             facts = instruction_facts(ins, self.core, self.ports)
-            if key is not None and check:
+            if key is not None:
                 if len(self._facts) >= _FACTS_KEPT:
                     self._facts.clear()
                 self._facts[key] = facts
@@ -290,9 +292,9 @@ class InstructionFacts:
     program with an equal instruction (the same model lowered again, a serving step of another
     length, the next training step's graph) reuses them."""
 
-    __slots__ = ("busy", "code", "dma_engines", "dma_queue", "dma_work", "flops", "is_load",
-                 "is_matmul", "is_multiply", "latency", "moved_reads", "moved_writes", "nbytes",
-                 "ports", "precision")
+    __slots__ = ("busy", "code", "dma_engines", "dma_queue", "dma_work", "flops", "hbm_read",
+                 "hbm_write", "is_load", "is_matmul", "is_multiply", "latency", "moved_reads",
+                 "moved_writes", "nbytes", "ports", "precision")
 
 
 def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFacts:
@@ -302,8 +304,14 @@ def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFa
     facts.precision = (reads[0].dtype.precision or "fp32") if facts.flops and reads else None
     # device-memory traffic: the bytes moved (an indirect DMA's dependencies span its whole
     # table, its traffic only the rows it moves)
-    facts.moved_reads, facts.moved_writes = (ins.traffic() if hasattr(ins, "traffic")
-                                             else (reads, writes))
+    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
+    # (tensor, bytes) of each HBM operand moved; their sums, for a program without on-chip tensors
+    facts.moved_reads = tuple((ap.tensor, ap.nbytes) for ap in moved_reads
+                              if ap.memory is Memory.HBM)
+    facts.moved_writes = tuple((ap.tensor, ap.nbytes) for ap in moved_writes
+                               if ap.memory is Memory.HBM)
+    facts.hbm_read = sum(n for _, n in facts.moved_reads)
+    facts.hbm_write = sum(n for _, n in facts.moved_writes)
     facts.busy = facts.latency = 0.0
     facts.is_load = facts.is_multiply = facts.is_matmul = False
     facts.ports = ()
@@ -341,19 +349,20 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
         facts = instruction_facts(ins, core, ports)
     plan = Plan()
     reads, writes = operands if operands is not None else (ins.reads(), ins.writes())
-    info = regions.info
-    read_info = [info(ap) for ap in reads]
-    write_info = [info(ap) for ap in writes]
-    plan.reads = tuple(region.uid for region, _, _ in read_info)
-    plan.writes = tuple(region.uid for region, _, _ in write_info)
-    plan.read_neighbors = tuple(region.neighbor_ids for region, _, _ in read_info)
-    plan.write_neighbors = tuple(region.neighbor_ids for region, _, _ in write_info)
+    region = regions.region
+    read_regions = [region(ap) for ap in reads]
+    write_regions = [region(ap) for ap in writes]
+    plan.reads = tuple([r.uid for r in read_regions])
+    plan.writes = tuple([r.uid for r in write_regions])
+    plan.read_neighbors = tuple([r.neighbor_ids for r in read_regions])
+    plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
     plan.flops = facts.flops
     plan.precision = facts.precision
-    plan.hbm_read = sum(ap.nbytes for ap in facts.moved_reads if ap.memory is Memory.HBM
-                        and ap.tensor not in on_chip)
-    plan.hbm_write = sum(ap.nbytes for ap in facts.moved_writes if ap.memory is Memory.HBM
-                         and ap.tensor not in on_chip)
+    if on_chip:
+        plan.hbm_read = sum(n for tensor, n in facts.moved_reads if tensor not in on_chip)
+        plan.hbm_write = sum(n for tensor, n in facts.moved_writes if tensor not in on_chip)
+    else:
+        plan.hbm_read, plan.hbm_write = facts.hbm_read, facts.hbm_write
     plan.code = facts.code
     plan.nbytes = facts.nbytes
     if plan.code == -1:
