@@ -141,8 +141,11 @@ def _translate_call(cx: Translator, op: Any, args: Any, kwargs: Any, env: dict[i
         if target.startswith("aten.copy."):  # copy(dst, src): the value is src cast/broadcast
             args = (args[0], args[1])
         result = fn(cx, *_lookup((args, kwargs), env, cx)[0], **_lookup((args, kwargs), env, cx)[1])
-        results = list(result) if isinstance(result, (tuple, list)) else [result]
-        return [r for r in results if isinstance(r, Node) or r is None]
+        results = [r for r in (list(result) if isinstance(result, (tuple, list)) else [result])
+                   if isinstance(r, Node) or r is None]
+        if len(results) > len(outs):  # outputs PyTorch left undefined (an output_mask's False)
+            results = [r for r in results if r is not None]  # were never recorded
+        return results
     return _decomposed(cx, op, args, kwargs, env)
 
 
