@@ -48,3 +48,19 @@ def test_optimizers_match_torch_optim_after_several_steps(tmp_path):
     for name, row in result.items():
         assert row["moved"] > 1e-2, name  # the parameters did move
         assert row["error"] < 1e-5, (name, row)
+
+
+@pytest.mark.parametrize("flag", ["XLA_USE_BF16", "XLA_DOWNCAST_BF16"])
+def test_downcast_flags_store_decomposition_intermediates_as_bf16(tmp_path, flag):
+    result = run_script(tmp_path, str(SCRIPTS / "bf16_intermediates.py"), TRNSIM_XLA_TIMING="off",
+                        **{flag: "1"})
+    assert result["script_dtype"] == "torch.float32"  # the script still sees float32
+    # layer norm / GELU / softmax backward upcast to float32 in PyTorch's decompositions
+    assert result["dtypes"] == ["bfloat16"], result["float32_from"]
+    exact = 1 + 2**-20 + 2**-40
+    if flag == "XLA_USE_BF16":  # float64 is bf16 too
+        assert result["double_graph_dtypes"] == ["bfloat16"]
+        assert result["double_values"] == [1.0, 2.0]
+    else:  # float64 is float32
+        assert result["double_graph_dtypes"] == ["float32"]
+        assert result["double_values"] == [1 + 2**-20, 2 + 2**-19] != [exact, 2 * exact]
