@@ -16,7 +16,7 @@ FAMILIES = ["linear", "matmul", "bmm", "elementwise", "gelu", "gelu_tanh", "tanh
             "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "attention",
             "sdpa", "reductions", "reshapes", "dropout", "conv_patch", "conv_strided",
             "conv_dilated", "conv_grouped", "conv_depthwise", "conv_over_padded", "conv1d",
-            "conv_frozen_input"]
+            "conv_frozen_input", "layer_norm_frozen_input"]
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,11 @@ def conv_frozen_input(w, b):  # pixels need no gradient: the backward's output_m
     return F.conv2d(x, w, b, stride=4)
 
 
+def layer_norm_frozen_input(w, b):  # the decomposed backward's output_mask drops grad input
+    x = torch.linspace(-2, 2, 3 * 16).reshape(3, 16).to(w.device)
+    return F.layer_norm(x, (16,), w, b, 1e-5)
+
+
 FAMILIES = {
     "linear": (lambda x, w, b: F.linear(x, w, b), [(5, 8), (16, 8), (16,)]),
     "matmul": (lambda x, y: torch.matmul(x, y), [(2, 5, 8), (8, 6)]),
@@ -119,6 +124,7 @@ FAMILIES = {
     "conv_over_padded": (conv_over_padded, [(1, 2, 6, 6), (3, 2, 1, 1)]),
     "conv1d": (conv1d, [(2, 3, 10), (4, 3, 3), (4,)]),
     "conv_frozen_input": (conv_frozen_input, [(6, 3, 4, 4), (6,)]),
+    "layer_norm_frozen_input": (layer_norm_frozen_input, [(16,), (16,)]),
 }
 
 
