@@ -81,12 +81,18 @@ def test_unknown_symbol_names_itself_and_the_line(lazy):
     assert "xla_model.no_such_function" in text and "lazy_semantics.py:61" in text
 
 
+# GPT-2's values are the simulator's (fp32 matmuls: neuronx-cc's default casts them to bf16)
+SIMULATED = {"bert": {}, "gpt2": {"TRNSIM_XLA_VALUES": "simulated",
+                                  "NEURON_CC_FLAGS": "--auto-cast none"}}
+
+
 @pytest.mark.parametrize("model", ["bert", "gpt2"])
 def test_seed_loop_trains_with_eager_gradients(tmp_path, model):
-    result = run_script(tmp_path, str(SCRIPTS / "seed_loop.py"), model)
+    result = run_script(tmp_path, str(SCRIPTS / "seed_loop.py"), model, **SIMULATED[model])
     assert result["grad_error"] < 1e-5  # fp32: the same ops as eager PyTorch
     losses = result["losses"]
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
+    assert losses == pytest.approx(result["cpu_losses"], rel=1e-5)  # eager fp32 on CPU
     assert result["cache"][2:] == ["memory", "memory"]  # one compilation for steps 2..n
     assert result["step_ns"] > 0
 

@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 FP32 = {"NEURON_CC_FLAGS": "--auto-cast none", "TRNSIM_XLA_TIMING": "off"}
 FAMILIES = ["linear", "matmul", "bmm", "elementwise", "gelu", "gelu_tanh", "tanh", "silu",
             "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "attention",
-            "sdpa", "reductions", "reshapes", "dropout"]
+            "sdpa", "reductions", "reshapes", "dropout", "conv_patch", "conv_strided",
+            "conv_dilated", "conv_grouped", "conv_depthwise", "conv_over_padded", "conv1d",
+            "conv_frozen_input", "layer_norm_frozen_input"]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +34,10 @@ def test_backward_matches_autograd_in_fp32(backward, family):
 
 def test_default_auto_cast_computes_matmul_gradients_in_bf16(tmp_path):
     errors = run_script(tmp_path, str(SCRIPTS / "backward_families.py"), "linear", "gelu",
-                        TRNSIM_XLA_TIMING="off")
-    assert 1e-5 < errors["linear"] < 2e-2  # bf16 operands (8 mantissa bits), fp32 accumulation
+                        "conv_patch", "conv_strided", TRNSIM_XLA_TIMING="off")
+    for family in ("linear", "conv_patch", "conv_strided"):
+        # bf16 operands (8 mantissa bits), fp32 accumulation
+        assert 1e-5 < errors[family] < 2e-2, (family, errors[family])
     assert errors["gelu"] < 1e-5  # no matmul: fp32 throughout
 
 
@@ -44,3 +48,19 @@ def test_optimizers_match_torch_optim_after_several_steps(tmp_path):
     for name, row in result.items():
         assert row["moved"] > 1e-2, name  # the parameters did move
         assert row["error"] < 1e-5, (name, row)
+
+
+@pytest.mark.parametrize("flag", ["XLA_USE_BF16", "XLA_DOWNCAST_BF16"])
+def test_downcast_flags_store_decomposition_intermediates_as_bf16(tmp_path, flag):
+    result = run_script(tmp_path, str(SCRIPTS / "bf16_intermediates.py"), TRNSIM_XLA_TIMING="off",
+                        **{flag: "1"})
+    assert result["script_dtype"] == "torch.float32"  # the script still sees float32
+    # layer norm / GELU / softmax backward upcast to float32 in PyTorch's decompositions
+    assert result["dtypes"] == ["bfloat16"], result["float32_from"]
+    exact = 1 + 2**-20 + 2**-40
+    if flag == "XLA_USE_BF16":  # float64 is bf16 too
+        assert result["double_graph_dtypes"] == ["bfloat16"]
+        assert result["double_values"] == [1.0, 2.0]
+    else:  # float64 is float32
+        assert result["double_graph_dtypes"] == ["float32"]
+        assert result["double_values"] == [1 + 2**-20, 2 + 2**-19] != [exact, 2 * exact]

@@ -12,6 +12,7 @@ kernel-level vocabulary: the contract with trnsim.kernels); `interpret` is the r
 semantics of both. Lowering kernel-level graphs to Programs lives in ``compiler/lowering*``.
 """
 
+from trnsim.compiler import aten_conv_backward as _aten_conv_backward  # noqa: F401 (registers)
 from trnsim.compiler import aten_training as _aten_training  # noqa: F401 (registers)
 from trnsim.compiler.analyze import analyze
 from trnsim.compiler.aten import supported_ops

@@ -387,14 +387,14 @@ def _conv2d(cx: Translator, x: Node, w: Node, b: Node | None, stride: Sequence[i
             padding: Sequence[int], dilation: Sequence[int], groups: int) -> Node:
     two = lambda v: tuple(int(i) for i in (v if len(v) == 2 else (v[0], v[0])))  # noqa: E731
     stride, padding, dilation = two(stride), two(padding), two(dilation)
-    if _patchify(w.shape, stride, padding, dilation, groups, x.shape):
+    if patchify(w.shape, stride, padding, dilation, groups, x.shape):
         return _patch_matmul(cx, x, w, b)
     inputs = [x, w] + ([b] if b is not None else [])
     return cx.emit("conv2d", inputs, stride=stride, padding=padding, dilation=dilation,
                    groups=int(groups))
 
 
-def _patchify(w_shape: Sequence[int], stride: tuple[int, int], padding: tuple[int, int],
+def patchify(w_shape: Sequence[int], stride: tuple[int, int], padding: tuple[int, int],
              dilation: tuple[int, int], groups: int, x_shape: Sequence[int]) -> bool:
     """A convolution whose kernel tiles the image (kernel = stride > 1, no padding, dilation or
     groups): ViT's and Swin's patch embeddings."""
@@ -410,15 +410,22 @@ def _patch_matmul(cx: Translator, x: Node, w: Node, b: Node | None) -> Node:
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     ph, pw = h // kh, wd // kw
-    patches = cx.emit("reshape", [x], shape=(n, c, ph, kh, pw, kw))
-    patches = cx.emit("permute", [patches], dims=(0, 2, 4, 1, 3, 5))  # n, ph, pw, c, kh, kw
-    rows = cx.emit("reshape", [patches], shape=(n * ph * pw, c * kh * kw))
+    rows = patch_rows(cx, x, kh, kw)
     wt = cx.emit("permute", [cx.emit("reshape", [w], shape=(o, c * kh * kw))], dims=(1, 0))
     out = cx.emit("matmul", [rows, wt])
     if b is not None:
         out = cx.emit("add", [out, b])
     out = cx.emit("reshape", [out], shape=(n, ph, pw, o))
     return cx.emit("permute", [out], dims=(0, 3, 1, 2))
+
+
+def patch_rows(cx: Translator, x: Node, kh: int, kw: int) -> Node:
+    """[N * patches, C * kh * kw]: the kh x kw patches of x [N, C, H, W], one per row (a view)."""
+    n, c, h, wd = x.shape
+    ph, pw = h // kh, wd // kw
+    patches = cx.emit("reshape", [x], shape=(n, c, ph, kh, pw, kw))
+    patches = cx.emit("permute", [patches], dims=(0, 2, 4, 1, 3, 5))  # n, ph, pw, c, kh, kw
+    return cx.emit("reshape", [patches], shape=(n * ph * pw, c * kh * kw))
 
 
 def _pair(v: Any, default: Sequence[int] | None = None) -> tuple[int, int]:

@@ -157,11 +157,10 @@ def _transposed_weights(w: Tile, o0: int, outputs: int, channels: int, taps: int
     channel), via TensorE transposes of contiguous weight rows."""
     c_tiles = tiles(channels, P)
     resident = nl.ndarray((P, len(c_tiles), taps, outputs), dtype=cdt, buffer=nl.sbuf)
-    w_rows = hbm_view(w, (w.shape[0], channels * taps), (hbm_strides(w)[0], 1))
     for oi, orr in tiles(outputs, P):
         with kernel_scope("weight rows"):
             rows = nl.ndarray((P, channels * taps), dtype=cdt, buffer=nl.sbuf)
-            rows[0:orr] = nl.load(w_rows[o0 + oi:o0 + oi + orr, :])
+            _load_weight_rows(rows[0:orr], w, o0 + oi, orr)
             pairs = [(t, tap) for t in range(len(c_tiles)) for tap in range(taps)]
             for i in range(0, len(pairs), 4):
                 with kernel_scope("weight transposes"):
@@ -175,6 +174,19 @@ def _transposed_weights(w: Tile, o0: int, outputs: int, channels: int, taps: int
                         cr = c_tiles[t][1]
                         evictor.copy(resident[0:cr, t, tap, oi:oi + orr], bank[0:cr, j, 0:orr])
     return resident
+
+
+def _load_weight_rows(dst: Tile, w: Tile, o0: int, count: int) -> None:
+    """dst [count, C * kh * kw] = rows o0.. of the OIHW weight. A weight that is a view (the
+    flipped, channel-swapped weight of a convolution's backward) is read through its strides."""
+    _, c, kh, kw = w.shape
+    steps = hbm_strides(w)
+    dense = all(size == 1 or step == want for size, step, want in
+                zip((c, kh, kw), steps[1:], (kh * kw, kw, 1), strict=True))
+    if dense:
+        dst[...] = nl.load(hbm_view(w, (count, c * kh * kw), (steps[0], 1), offset=o0 * steps[0]))
+    else:
+        dst.reshape((count, c, kh, kw))[...] = nl.load(w[o0:o0 + count])
 
 
 def _bias_columns(bias: Tile, o0: int, outputs: int) -> Tile:
@@ -224,13 +236,12 @@ def _depthwise(out, x, w, bias, extras, geo: _Geometry, cdt, epilogue, evictor) 
     n, c = x.shape[:2]
     kh, kw = geo.kernel
     taps = kh * kw
-    w_rows = hbm_view(w, (c, taps), (hbm_strides(w)[0], 1))
     rows_per_block = max(1, BANK_FP32 // geo.ow)
     bands = geo.bands(geo.width * 4, rows_per_block)
     for ci, cr in tiles(c, P):
         with kernel_scope("depthwise channels"):
             taps_w = nl.ndarray((P, taps), dtype=cdt, buffer=nl.sbuf)  # rounded on load
-            taps_w[0:cr] = nl.load(w_rows[ci:ci + cr, :])
+            _load_weight_rows(taps_w[0:cr], w, ci, cr)
             bias_col = None
             if bias is not None:
                 bias_col = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)

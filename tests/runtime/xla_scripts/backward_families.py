@@ -57,6 +57,44 @@ def dropout(x, w):
     return F.dropout(x @ w, p=0.3, training=True)
 
 
+def patch_embedding(x, w, b):  # ViT's: kernel = stride
+    return F.conv2d(x, w, b, stride=4)
+
+
+def conv_strided(x, w, b):  # ResNet's downsampling 3x3; the last input row is past every window
+    return F.conv2d(x, w, b, stride=2, padding=1)
+
+
+def conv_dilated(x, w):
+    return F.conv2d(x, w, stride=(1, 2), padding=(2, 1), dilation=2)
+
+
+def conv_grouped(x, w):
+    return F.conv2d(x, w, stride=2, padding=1, groups=2)
+
+
+def conv_depthwise(x, w, b):
+    return F.conv2d(x, w, b, padding=1, groups=4)
+
+
+def conv_over_padded(x, w):  # more padding than the kernel spans: the transpose crops
+    return F.conv2d(x, w, stride=2, padding=2)
+
+
+def conv1d(x, w, b):
+    return F.conv1d(x, w, b, stride=2, padding=1)
+
+
+def conv_frozen_input(w, b):  # pixels need no gradient: the backward's output_mask drops it
+    x = torch.linspace(-1, 1, 2 * 3 * 8 * 8).reshape(2, 3, 8, 8).to(w.device)
+    return F.conv2d(x, w, b, stride=4)
+
+
+def layer_norm_frozen_input(w, b):  # the decomposed backward's output_mask drops grad input
+    x = torch.linspace(-2, 2, 3 * 16).reshape(3, 16).to(w.device)
+    return F.layer_norm(x, (16,), w, b, 1e-5)
+
+
 FAMILIES = {
     "linear": (lambda x, w, b: F.linear(x, w, b), [(5, 8), (16, 8), (16,)]),
     "matmul": (lambda x, y: torch.matmul(x, y), [(2, 5, 8), (8, 6)]),
@@ -78,6 +116,15 @@ FAMILIES = {
     "reductions": (reductions, [(4, 6)]),
     "reshapes": (reshapes, [(6, 4), (4, 3)]),
     "dropout": (dropout, [(8, 16), (16, 16)]),
+    "conv_patch": (patch_embedding, [(2, 3, 8, 8), (6, 3, 4, 4), (6,)]),
+    "conv_strided": (conv_strided, [(2, 3, 9, 8), (5, 3, 3, 3), (5,)]),
+    "conv_dilated": (conv_dilated, [(1, 3, 9, 9), (4, 3, 3, 2)]),
+    "conv_grouped": (conv_grouped, [(2, 4, 7, 7), (6, 2, 3, 3)]),
+    "conv_depthwise": (conv_depthwise, [(2, 4, 6, 6), (4, 1, 3, 3), (4,)]),
+    "conv_over_padded": (conv_over_padded, [(1, 2, 6, 6), (3, 2, 1, 1)]),
+    "conv1d": (conv1d, [(2, 3, 10), (4, 3, 3), (4,)]),
+    "conv_frozen_input": (conv_frozen_input, [(6, 3, 4, 4), (6,)]),
+    "layer_norm_frozen_input": (layer_norm_frozen_input, [(16,), (16,)]),
 }
 
 

@@ -1,5 +1,7 @@
 """Run under `python -m trnsim.run seed_loop.py bert|gpt2`: the Trn1 launch material's loop,
-unmodified, on a small model; prints JSON (losses, gradients against eager fp32, caches)."""
+unmodified, on a small model; prints JSON (losses, eager fp32 losses on CPU, gradients against
+eager fp32, caches). Under TRNSIM_XLA_VALUES=simulated every graph's values (the losses, the
+gradients, the updated weights) are the simulator's, computed by trnsim's compiled kernels."""
 
 import copy
 import json
@@ -40,6 +42,22 @@ torch.manual_seed(1)
 loss_fn(eager(batches[0]), batches[0]).backward()
 reference = {n: p.grad.clone() for n, p in eager.named_parameters() if p.grad is not None}
 
+
+def eager_losses(model) -> list[float]:
+    """The loop's losses in eager fp32 PyTorch on CPU."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for data, target in train_loader:
+        loss = loss_fn(model(data), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+cpu_losses = eager_losses(copy.deepcopy(model))
+
 import torch_xla  # noqa: E402,F401 - served by trnsim
 import torch_xla.core.xla_model as xm  # noqa: E402
 
@@ -65,6 +83,7 @@ for data, target in train_loader:
     xm.mark_step()
     optimizer.zero_grad()
     losses.append(loss.item())
-print("RESULT " + json.dumps({"losses": losses, "grad_error": grad_error,
+print("RESULT " + json.dumps({"losses": losses, "cpu_losses": cpu_losses,
+                              "grad_error": grad_error,
                               "cache": [g.cache for g in DEVICE.graphs if g.why == "mark_step"],
                               "step_ns": DEVICE.graphs[-1].compiled.device_ns}))

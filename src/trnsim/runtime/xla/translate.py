@@ -105,6 +105,8 @@ def to_ir(step: StepGraph, name: str = "step", drawn: bool = False) -> Graph:
         except TrnsimError as exc:
             unsupported.append(UnsupportedOp(aten_kind(_name(node.op)), node.source, exc.message))
             continue
+        if len(results) > len(node.outputs):  # outputs PyTorch left undefined (an output_mask's
+            results = [r for r in results if r is not None]  # False) were never recorded
         for value, result in zip(node.outputs, results, strict=False):
             env[value.uid] = result
     if unsupported:
@@ -123,6 +125,16 @@ def _dropout_with_mask(cx: Translator, x: Node, p: float, mask: IrValue, index: 
     if scaled.dtype != x.dtype:
         scaled = cx.emit("cast", [scaled], dtype=x.dtype.name)
     return scaled, keep
+
+
+def _stored(value: Any) -> Any:
+    """A decomposition's intermediate as the device holds it. PyTorch's decompositions upcast
+    bf16 operands to float32 (`_to_copy(dtype=float32)`) and compute in float32; under
+    XLA_USE_BF16 / XLA_DOWNCAST_BF16 torch-xla stores every float32 tensor as bf16, those
+    intermediates included, so they are bf16 in the IR too (and the upcast a no-op)."""
+    if isinstance(value, torch.Tensor) and _device_dtype(value.dtype) != value.dtype:
+        return torch.empty(value.shape, dtype=_device_dtype(value.dtype), device="meta")
+    return value
 
 
 def _meta(value: IrValue) -> torch.Tensor:
@@ -213,15 +225,17 @@ def _decomposed(cx: Translator, op: Any, args: Any, kwargs: Any, env: dict[int, 
                 raise TrnsimError(f"{_name(op)} decomposes into {target}, which trnsim does "
                                   "not translate")
             cx.current_target = target
-            cx.expected = fx_node.meta.get("val")
+            cx.expected = tree_map(_stored, fx_node.meta.get("val"))
             a = tree_map(lambda n: inner[n.name] if hasattr(n, "op") and hasattr(n, "name")
                          else n, (fx_node.args, fx_node.kwargs))
             inner[fx_node.name] = fn(cx, *a[0], **a[1])
         elif fx_node.op == "get_attr":
             from trnsim.compiler.capture import tensor_to_numpy
 
+            constant = getattr(fx, fx_node.target)
             inner[fx_node.name] = cx.graph.add_constant(
-                tensor_to_numpy(getattr(fx, fx_node.target)), origin="decomposition")
+                tensor_to_numpy(constant.to(_device_dtype(constant.dtype))),
+                origin="decomposition")
         elif fx_node.op == "output":
             result = tree_map(lambda n: inner[n.name] if hasattr(n, "name") else n,
                               fx_node.args[0])
