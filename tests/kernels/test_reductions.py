@@ -33,6 +33,21 @@ def test_reduce_matches_reference(rng, op, axes, keepdim):
     assert_close(result.output, want, "float32", rtol=1e-3)
 
 
+@pytest.mark.parametrize("op", ["any", "sum", "amax"])
+def test_reduce_over_size_one_axes_is_one_elementwise_pass(rng, op):
+    """nll_loss's backward once reduced [N, V, 1] (a permuted view, the size-1 axis strided):
+    each element is its own group, so the kernel makes one element-wise pass over the kept
+    axes, not a [rows, 1] tile (and DMA) per 128 elements."""
+    x = (rng.standard_normal((64, 1, 300)) > 0.5).astype(np.float32)
+    view = np.transpose(x, (0, 2, 1))  # [64, 300, 1], the reduced axis strided by 300
+    want = ref.reduce(op, view, (2,), False, dtype("float32"), 1)
+    result = run(reduce, [x], want.shape, "float32", op=op, axes=(1,), keepdim=False)
+    assert_close(result.output, want.reshape(64, 300), "float32")
+    # 64 x 300 elements: a handful of DMAs (the direct path issued one per 128-element tile)
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 8, len(dmas)
+
+
 def test_reduce_with_prologue_and_correction(rng):
     x = rng.standard_normal((64, 300)).astype(np.float32)
     prologue = to_callable((Step("mul", ("in0", "in0")),), has_acc=False)

@@ -262,12 +262,12 @@ def pad(out: Tile, x: Tile, *, pads: Sequence[tuple[int, int]], value: float = 0
                 if count:
                     key = tuple(slice(start, start + count) if i == axis else slice(None)
                                 for i in range(out.ndim))
-                    _fill(out[key], value)
+                    fill(out[key], value)
         if all(s.stop > s.start for s in src_key):
             _blocked(out[tuple(dst_key)], [x[tuple(src_key)]], None)
 
 
-def _fill(region: Tile, value: float) -> None:
+def fill(region: Tile, value: float) -> None:
     """Write `value` to every element of an HBM region (one memset tile, repeated stores)."""
     for problem in problems_2d(region.shape, [region]):
         view = problem[0]

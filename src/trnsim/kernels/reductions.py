@@ -73,6 +73,16 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
         _no_reduction(out, x, op, prologue)
         return
     axes = tuple(sorted(a % x.ndim for a in axes)) if axes else tuple(range(x.ndim))
+    if op not in ("argmax", "argmin", "var") and all(x.shape[a] == 1 for a in axes):
+        # size-1 axes group each element alone: an element-wise pass over the kept axes (read as
+        # rows), not one [rows, 1] tile per element of a strided view
+        kept = [i for i in range(x.ndim) if i not in axes]
+        x_strides, out_strides = hbm_strides(x), hbm_strides(out)
+        out_kept = [out_strides[i] for i in kept] if keepdim else list(out_strides)
+        shape = [x.shape[i] for i in kept]
+        _no_reduction(hbm_view(out, shape, out_kept), hbm_view(x, shape, [x_strides[i] for i in kept]),
+                      op, prologue)
+        return
     if op in ("argmax", "argmin") and len(axes) > 1 and len(axes) != x.ndim:
         raise InvalidArgumentError(f"{op} over several axes {axes}")
     if op in ("argmax", "argmin"):
