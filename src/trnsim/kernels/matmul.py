@@ -10,8 +10,9 @@ two orientations issue identical matmul cycles and "b" would only add the transp
 the kernel holds A stationary regardless of the hint.
 
 Batch. When B is shared by every batch item (a weight) and A/out fold into rows, the batch is
-folded into M: one problem, weights streamed once. Otherwise each batch item is its own problem,
-in its own scope so consecutive items overlap.
+folded into M: one problem, weights streamed once. Items that each fit one TensorE pass
+(attention's per-head products) move several per DMA (`trnsim.kernels.matmul_batched`).
+Otherwise each batch item is its own problem, in its own scope so consecutive items overlap.
 
 Bias. Added to the accumulator before the epilogue: as a broadcast [128, n] tile (built once
 with one TensorE ones-matmul per 512 columns, not a 128x larger DMA) added during eviction, or,
@@ -39,6 +40,7 @@ from trnsim.kernels.layout import (
     load_block,
     tiles,
 )
+from trnsim.kernels.matmul_batched import grouped_matmul
 from trnsim.kernels.matmul_engine import Engine
 from trnsim.kernels.matmul_plan import NeedsKMajor, Operand
 from trnsim.nki import isa as nisa
@@ -77,6 +79,13 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
         a_full = broadcast_to_shape(a, (*batch, *a.shape[-2:]))
         b_full = broadcast_to_shape(b, (*batch, *b.shape[-2:]))
         extras_full = [broadcast_to_shape(e, out.shape) for e in extras]
+        shared_b = bool(batch) and all(s == 0 for s in hbm_strides(b_full)[:len(batch)])
+        if batch and not (shared_b and not transpose_a):
+            evictor = Evictor()
+            bias_tile = broadcast_row(bias, evictor) if bias is not None else None
+            if grouped_matmul(out, a_full, b_full, extras_full, batch, transpose_a, transpose_b,
+                              compute_dtype, bias_tile, epilogue, evictor):
+                return
         pending: list[tuple[Tile, Tile]] = []
         problems = _problems(out, a_full, b_full, extras_full, batch, transpose_a, pending)
         rows = problems[0][0].shape[0]
