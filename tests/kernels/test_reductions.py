@@ -119,3 +119,17 @@ def test_reduce_over_a_size_one_axis_is_one_elementwise_pass(rng, op, keepdim):
     result = run(reduce, [x], want.shape, "float32", op=op, axes=(2,), keepdim=keepdim)
     assert np.array_equal(result.output, want)
     assert len(result.program.instructions) < 100
+
+
+def test_a_bias_gradient_sum_is_a_ones_matmul_on_tensor_engine(rng):
+    """A sum over the leading (token) axis of [tokens, width] accumulates ones^T @ block in
+    PSUM, 128 tokens x 512 columns per matmul, instead of transposing 128 x 128 blocks."""
+    x = rng.standard_normal((600, 700)).astype(np.float32)
+    result = run(reduce, [x], (1, 700), "float32", op="sum", axes=(0,), keepdim=True)
+    assert_close(result.output, x.sum(axis=0, keepdims=True), "float32", rtol=1e-4)
+    opcodes = [i.OPCODE for i in result.program.instructions]
+    assert "Transpose" not in opcodes
+    # 4 full token tiles + a tail of 88, for each of two column blocks (512 + 188)
+    assert opcodes.count("MultiplyMoving") == 10
+    mean = run(reduce, [x], (700,), "float32", op="mean", axes=(0,))
+    assert_close(mean.output, x.mean(axis=0), "float32", rtol=1e-4)
