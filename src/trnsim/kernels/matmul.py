@@ -80,12 +80,10 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
         b_full = broadcast_to_shape(b, (*batch, *b.shape[-2:]))
         extras_full = [broadcast_to_shape(e, out.shape) for e in extras]
         shared_b = bool(batch) and all(s == 0 for s in hbm_strides(b_full)[:len(batch)])
-        if batch and not (shared_b and not transpose_a):
-            evictor = Evictor()
-            bias_tile = broadcast_row(bias, evictor) if bias is not None else None
-            if grouped_matmul(out, a_full, b_full, extras_full, batch, transpose_a, transpose_b,
-                              compute_dtype, bias_tile, epilogue, evictor):
-                return
+        if batch and not (shared_b and not transpose_a) and grouped_matmul(
+                out, a_full, b_full, extras_full, batch, transpose_a, transpose_b,
+                compute_dtype, bias, epilogue):
+            return
         pending: list[tuple[Tile, Tile]] = []
         problems = _problems(out, a_full, b_full, extras_full, batch, transpose_a, pending)
         rows = problems[0][0].shape[0]

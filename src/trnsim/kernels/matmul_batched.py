@@ -23,6 +23,7 @@ from trnsim.kernels.layout import (
     Evictor,
     P,
     _merge_uniform,
+    broadcast_row,
     hbm_strides,
     hbm_view,
     kernel_scope,
@@ -72,8 +73,8 @@ class Batched:
 
 
 def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: tuple[int, ...],
-                   transpose_a: bool, transpose_b: bool, compute_dtype, bias_tile: Tile | None,
-                   epilogue, evictor: Evictor) -> bool:
+                   transpose_a: bool, transpose_b: bool, compute_dtype, bias: Tile | None,
+                   epilogue) -> bool:
     """out[i] = epilogue(a[i] @ b[i] + bias, extras[i]) for every batch item, items grouped per
     DMA (module docstring). Returns False, having emitted nothing, when the problem is not one
     it handles: items larger than one TensorE pass, or operands whose items or inner axes do
@@ -102,6 +103,8 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
     per_item = (cbytes * (m + (k if a_rows else 0)) + cbytes * (n + (k if b_rows else 0))
                 + out.dtype_spec.itemsize * n + sum(e.tile.dtype_spec.itemsize * n for e in ext))
     group = max(1, min(count, GROUP_SBUF_BYTES // per_item))
+    evictor = Evictor()
+    bias_tile = broadcast_row(bias, evictor) if bias is not None else None
     with kernel_scope("grouped matmul"):
         for g0, gn in tiles(count, group):
             with kernel_scope("matmul group"):
