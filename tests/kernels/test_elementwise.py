@@ -124,3 +124,22 @@ def test_merging_attention_heads_moves_whole_head_bands_per_transfer(rng):
     summed = run(add, [x, y], (2, 128, 4, 64), "float32")
     assert_close(summed.output, x.transpose(0, 2, 1, 3) + y, "float32", rtol=0)
     assert len(summed.program.instructions) <= 16
+
+
+def test_narrow_rows_move_several_row_tiles_per_dma(rng):
+    """Attention's scores [b*h, s, s] with a per-row statistic [b*h, s, 1] and a bias row: each
+    partition takes consecutive rows, so one DMA per operand moves many 128-row tiles (it was
+    one DMA per operand per 128 x 128 tile: 128 here); broadcasts spread on chip."""
+    x = rng.standard_normal((32, 128, 128)).astype(np.float32)
+    stat = rng.standard_normal((32, 128, 1)).astype(np.float32)
+    grad = rng.standard_normal((32, 128, 128)).astype(np.float32)
+    bias = rng.standard_normal(128).astype(np.float32)
+
+    def program(t):
+        return nl.add(nl.subtract(t[2], nl.multiply(t[0], t[1])), t[3])
+
+    result = run(elementwise, [[x, stat, grad, bias]], (32, 128, 128), "float32",
+                 program=program)
+    np.testing.assert_array_equal(result.output, (grad - x * stat) + bias)
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 16, len(dmas)

@@ -93,3 +93,24 @@ def test_scatter_rows_by_indirect_dma_writes(rng):
     result = run(scatter, [x, values, index], (300, 33), "float32")
     assert np.array_equal(result.output, want)
     assert any(r.opcode == "DmaIndirect" for r in result.profile.records)
+
+
+def test_scatter_accumulates_repeats_and_fills_without_reading_x(rng):
+    """accumulate: every repeat of an index adds (read-add-write DMAs); fill: out starts as
+    that value, written from a memset tile (x is not read)."""
+    from trnsim.kernels import scatter
+
+    x = np.zeros((300, 33), np.float32)
+    values = rng.standard_normal((200, 33)).astype(np.float32)
+    index = rng.integers(0, 300, 200).astype(np.int32)
+    index[:10] = 5  # repeats within one DMA
+    index[150] = 5  # and across two
+    want = x.copy()
+    np.add.at(want, index, values)
+    result = run(scatter, [x, values, index], (300, 33), "float32", accumulate=True, fill=0.0)
+    np.testing.assert_allclose(result.output, want, rtol=1e-6, atol=1e-6)
+    dmas = [i for i in result.program.instructions if i.OPCODE == "DmaIndirect"]
+    assert len(dmas) == 2 and all(i.accumulate for i in dmas)
+    reads_x = [i for i in result.program.instructions
+               if any(ap.tensor == "in0" for ap in i.reads())]
+    assert not reads_x

@@ -44,6 +44,13 @@ CASES = [
     Case(16, 64, 48, batch_a=(2, 3), batch_b=(3,), tb=True),  # broadcast batch
     Case(33, 70, 40, batch_a=(2,), batch_b=(2,), ta=True, stationary="b"),
     Case(600, 256, 96, stationary="b"),  # m > 512: b is not used (same cycles, no transposes)
+    # attention's per-head products, several items per DMA (kernels/matmul_batched.py): scores
+    # q k^T, values p v with a bias, a transposed-a gradient with an epilogue reading extras,
+    # and a broadcast extra over two batch axes
+    Case(128, 64, 128, batch_a=(6,), batch_b=(6,), tb=True, dtype="bfloat16"),
+    Case(128, 128, 64, batch_a=(6,), batch_b=(6,), bias=True),
+    Case(64, 128, 128, batch_a=(5,), batch_b=(5,), ta=True, compute="float32", epilogue="steps"),
+    Case(100, 48, 200, batch_a=(2, 2), batch_b=(2, 2), epilogue="tanh_residual"),
     # out^T with four 128-row pieces of a staged through three slots (the fourth load used to
     # overwrite the first before its transpose), and more than one column group of out
     Case(400, 384, 1536, bias=True, compute="float32", stationary="b", epilogue="gelu"),
@@ -259,3 +266,15 @@ def test_a_resident_row_tile_takes_one_staging_buffer_not_three():
     result = run(crowded, [ArraySpec((128, 16384), "bfloat16"),
                            ArraySpec((16384, 512), "bfloat16")], (128, 512), "bfloat16")
     assert result.total_ns > 0
+
+
+def test_attention_sized_batches_move_several_items_per_dma():
+    """256 heads' [128, 64] @ [64, 128] products (BERT-large, batch 16) used to load each
+    item's operands and store its result in a DMA of their own: 3 per item. Grouped, one DMA
+    moves many items of each operand."""
+    specs = [ArraySpec((32, 128, 64), "bfloat16"), ArraySpec((32, 128, 64), "bfloat16")]
+    result = run(matmul, specs, (32, 128, 128), "bfloat16", mode="timing", transpose_b=True)
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 8, len(dmas)
+    matmuls = [i for i in result.program.instructions if i.OPCODE == "MultiplyMoving"]
+    assert len(matmuls) == 32  # one TensorE pass per item

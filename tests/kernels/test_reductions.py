@@ -33,6 +33,21 @@ def test_reduce_matches_reference(rng, op, axes, keepdim):
     assert_close(result.output, want, "float32", rtol=1e-3)
 
 
+@pytest.mark.parametrize("op", ["any", "sum", "amax"])
+def test_reduce_over_size_one_axes_is_one_elementwise_pass(rng, op):
+    """nll_loss's backward once reduced [N, V, 1] (a permuted view, the size-1 axis strided):
+    each element is its own group, so the kernel makes one element-wise pass over the kept
+    axes, not a [rows, 1] tile (and DMA) per 128 elements."""
+    x = (rng.standard_normal((64, 1, 300)) > 0.5).astype(np.float32)
+    view = np.transpose(x, (0, 2, 1))  # [64, 300, 1], the reduced axis strided by 300
+    want = ref.reduce(op, view, (2,), False, dtype("float32"), 1)
+    result = run(reduce, [x], want.shape, "float32", op=op, axes=(1,), keepdim=False)
+    assert_close(result.output, want.reshape(64, 300), "float32")
+    # 64 x 300 elements: a handful of DMAs (the direct path issued one per 128-element tile)
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 8, len(dmas)
+
+
 def test_reduce_with_prologue_and_correction(rng):
     x = rng.standard_normal((64, 300)).astype(np.float32)
     prologue = to_callable((Step("mul", ("in0", "in0")),), has_acc=False)
@@ -104,3 +119,17 @@ def test_reduce_over_a_size_one_axis_is_one_elementwise_pass(rng, op, keepdim):
     result = run(reduce, [x], want.shape, "float32", op=op, axes=(2,), keepdim=keepdim)
     assert np.array_equal(result.output, want)
     assert len(result.program.instructions) < 100
+
+
+def test_a_bias_gradient_sum_is_a_ones_matmul_on_tensor_engine(rng):
+    """A sum over the leading (token) axis of [tokens, width] accumulates ones^T @ block in
+    PSUM, 128 tokens x 512 columns per matmul, instead of transposing 128 x 128 blocks."""
+    x = rng.standard_normal((600, 700)).astype(np.float32)
+    result = run(reduce, [x], (1, 700), "float32", op="sum", axes=(0,), keepdim=True)
+    assert_close(result.output, x.sum(axis=0, keepdims=True), "float32", rtol=1e-4)
+    opcodes = [i.OPCODE for i in result.program.instructions]
+    assert "Transpose" not in opcodes
+    # 4 full token tiles + a tail of 88, for each of two column blocks (512 + 188)
+    assert opcodes.count("MultiplyMoving") == 10
+    mean = run(reduce, [x], (700,), "float32", op="mean", axes=(0,))
+    assert_close(mean.output, x.mean(axis=0), "float32", rtol=1e-4)

@@ -281,3 +281,26 @@ def test_model_rows_compile_as_their_sdk_did():
     assert v.model_type_of({"model_type": "generic", "source": "SDK 2.26"}) == "generic"
     with pytest.raises(TrnsimError, match="model_type 'bert'"):
         v.model_type_of({"model_type": "bert"})
+
+
+def test_rows_selects_by_id_and_names_an_unknown_one(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "r.csv", [
+        row("ar", "collective", "all-reduce", "trn1.32xlarge", "60", "us", cores="2",
+            notes="1MiB"),
+        row("train", "training", "bert-large-uncased", "trn1.32xlarge", "3826.6", "seq/s"),
+        row("other", "collective", "all-gather", "trn1.32xlarge", "60", "us", cores="2",
+            notes="1MiB"),
+    ])
+    monkeypatch.setitem(v.KINDS, "training", v.RowKind(
+        "training", lambda row: 2000.0, "seq/s", {"seq/s": 1.0}, by_default=False))
+    # a row named by id is predicted even when its kind is not predicted by default
+    results = v.validate(path, ids={"train", "ar"})
+    assert [r.id for r in results] == ["ar", "train"]
+    assert all(r.status == "ok" for r in results) and results[1].predicted == 2000.0
+    with pytest.raises(TrnsimError, match=r"unknown row id.*'trian'.*did you mean 'train'"):
+        v.validate(path, ids={"trian"})
+    data = _cli_json(["validate", str(path), "--rows", "other", "--json"])
+    assert [r["id"] for r in data["rows"]] == ["other"] and data["rows"][0]["predicted"] > 0
+    with pytest.raises(SystemExit):
+        main(["validate", str(path), "--rows", "ar,nope"])
+    assert "unknown row id (in r.csv) 'nope'" in capsys.readouterr().err

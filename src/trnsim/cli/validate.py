@@ -82,6 +82,9 @@ def validate_command(
     config: list[str] = typer.Option(None, "--config", help="A Hugging Face config.json that "
                                      "model rows may name (by its name or file stem; "
                                      "repeatable)."),
+    row_ids: str = typer.Option(None, "--rows", help="Comma-separated row ids: predict only these "
+                             "rows, whatever their kind's default (an unknown id is an error "
+                             "naming it); with --kinds, only those of these kinds"),
     model_type: str = typer.Option(None, "--model-type", help="neuronx-cc --model-type for every "
                                    "model row (default: per row, as the compiler of the row's "
                                    "SDK did; see trnsim.perf.validate)"),
@@ -93,8 +96,10 @@ def validate_command(
 
     checks.existing_file(path, "measurements CSV")
     selected = checks.names(kinds, "--kinds", KINDS)
+    ids = checks.names(row_ids, "--rows", ())
     with steps("trnsim validate", quiet=as_json) as progress:
-        results = validate(path, kinds=selected, configs=tuple(config or ()),
+        results = validate(path, kinds=selected, ids=set(ids) if ids else None,
+                           configs=tuple(config or ()),
                            model_type=model_type,
                            progress=lambda row: progress.step(f"row {row}"))
     if as_json:

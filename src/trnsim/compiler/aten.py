@@ -301,7 +301,7 @@ def _index_put(cx: Translator, x: Node, indices: Sequence[Node | None], values: 
     values = cx.tensor(values)
     if values.dtype != x.dtype:
         values = cx.emit("cast", [values], dtype=x.dtype.name)
-    return cx.emit("scatter", [x, values, picked[0]])
+    return cx.emit("scatter", [x, values, picked[0]], accumulate=False)
 
 
 @aten("histc.default")

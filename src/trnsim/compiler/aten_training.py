@@ -1,11 +1,13 @@
-"""Translations the backward pass needs beyond inference: scatters written as compares.
+"""Translations the backward pass needs beyond inference: scatters.
 
 After PyTorch's decompositions, a training step's backward adds few operators to what the
 forward uses: `scatter` (the one-hot gradient of `nll_loss`, of `gather`) and `index_put` with
-`accumulate=True` (the gradient of an embedding, rows summed by index). A NeuronCore has no
-scatter-add engine op; both become dense work the engines do well: a one-hot mask from a
-compare of the index with an iota, then a select (scatter) or a matmul of the mask's transpose
-with the rows (scatter-add: TensorE sums the rows of each index, as a one-hot matmul).
+`accumulate=True` (the gradient of an embedding, rows summed by index). `scatter` along an axis
+becomes dense element-wise work: a one-hot mask from a compare of the index with an iota, then
+a select (one fused pass when each position has one index, as `nll_loss`'s backward). An
+embedding's gradient is rows added into a zeroed table by indirect DMA with read-add-write
+(``dma_copy(dst_rmw_op=add)``: the `scatter` IR op with `accumulate`), its work proportional to
+the tokens, not to tokens x vocabulary as a one-hot matmul's would be.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def _scatter(cx: Translator, x: Node, dim: int, index: Node, value: Any) -> Node
         raise UnsupportedError("scatter whose index differs from the input off the scattered "
                                "axis")
     n = x.shape[axis]
+    if index.shape[axis] == 1:  # nll_loss's backward: one class per row
+        return _scatter_one(cx, x, axis, index, value)
     hot = _one_hot(cx, index, axis, n)  # [..., k, ..., n]
     last = hot.rank - 1
     order = list(range(last))
@@ -54,6 +58,23 @@ def _scatter(cx: Translator, x: Node, dim: int, index: Node, value: Any) -> Node
     return out if out.dtype == want else cx.emit("cast", [out], dtype=want.name)
 
 
+def _scatter_one(cx: Translator, x: Node, axis: int, index: Node, value: Any) -> Node:
+    """scatter with one index per position off `axis` (index extent 1 on it): the one-hot is
+    a compare of the index with an iota along `axis`, broadcast, and the select writes `value`
+    (a source shaped like the index broadcasts along `axis` too). One element-wise pass over
+    x, as XLA fuses a compare-select, with no [..., k, ..., n] mask to reduce over k."""
+    n = x.shape[axis]
+    iota = cx.emit("arange", start=0, end=n, step=1, dtype="int32")
+    if axis != x.rank - 1:
+        iota = cx.emit("reshape", [iota], shape=tuple(n if d == axis else 1
+                                                       for d in range(x.rank)))
+    idx = index if index.dtype.name == "int32" else cx.emit("cast", [index], dtype="int32")
+    hot = cx.emit("eq", [idx, iota])
+    out = cx.emit("where", [hot, cx.tensor(value), x])
+    want = cx.out_dtype()
+    return out if out.dtype == want else cx.emit("cast", [out], dtype=want.name)
+
+
 def _index_put_accumulate(cx: Translator, x: Node, indices: Any, values: Any,
                           accumulate: bool = False) -> Node:
     picked = [i for i in indices if i is not None]
@@ -63,21 +84,16 @@ def _index_put_accumulate(cx: Translator, x: Node, indices: Any, values: Any,
         raise UnsupportedError("index_put(accumulate=True) other than on the first axis with "
                                "one integer index")
     index = picked[0]
-    rows = x.shape[0]
     count = index.numel
     flat_index = cx.emit("reshape", [index], shape=(count,))
     values = cx.tensor(values)
-    width = x.numel // rows if rows else 0
-    flat_values = cx.emit("reshape", [cx.emit("expand", [values], shape=(*index.shape,
-                                                                          *x.shape[1:]))
-                                      if values.shape != (*index.shape, *x.shape[1:]) else values],
-                          shape=(count, width))
-    hot = cx.emit("cast", [_one_hot(cx, flat_index, 0, rows)], dtype=flat_values.dtype.name)
-    summed = cx.emit("matmul", [cx.emit("permute", [hot], dims=(1, 0)), flat_values])
-    summed = cx.emit("reshape", [summed], shape=x.shape)
-    if summed.dtype != x.dtype:
-        summed = cx.emit("cast", [summed], dtype=x.dtype.name)
-    return cx.emit("add", [x, summed])
+    full = (*index.shape, *x.shape[1:])
+    flat_values = cx.emit("reshape", [cx.emit("expand", [values], shape=full)
+                                      if values.shape != full else values],
+                          shape=(count, *x.shape[1:]))
+    if flat_values.dtype != x.dtype:
+        flat_values = cx.emit("cast", [flat_values], dtype=x.dtype.name)
+    return cx.emit("scatter", [x, flat_values, flat_index], accumulate=True)
 
 
 _plain_index_put = TRANSLATIONS["aten.index_put.default"]

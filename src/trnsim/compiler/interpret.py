@@ -457,6 +457,10 @@ def _scatter(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     out = np.array(x, copy=True)
     index = np.asarray(index).astype(np.int64)
     rows = np.broadcast_to(values, (*index.shape, *x.shape[1:])).reshape(-1, *x.shape[1:])
+    if node.attrs.get("accumulate"):  # every repeat of an index adds, in index order
+        for i, row in zip(index.ravel(), rows, strict=True):
+            out[i] = out[i] + row.astype(out.dtype)
+        return store(out, node.dtype)
     for i, row in zip(index.ravel(), rows, strict=True):  # in order: the last write wins
         out[i] = row
     return store(out, node.dtype)

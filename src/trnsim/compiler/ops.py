@@ -458,7 +458,8 @@ def _scatter(inputs, attrs, graph):
     return x.shape, x.dtype
 
 
-register("scatter", "compute", _scatter, (), "x with rows index[i] (axis 0) set to values[i]")
+register("scatter", "compute", _scatter, ("accumulate",),
+         "x with rows index[i] (axis 0) set to values[i] (accumulate: values[i] added to them)")
 register("sdpa", "compute", _sdpa, ("scale", "causal"),
          "softmax(q k^T * scale + mask) v (scaled_dot_product_attention)")
 

@@ -193,7 +193,8 @@ class DmaIndirect(_Dma):
     ``offset + index[p] * row_step`` elements. `extent` is the whole HBM tensor (what any index may
     reach): the dependencies and bounds use it. An index outside the tensor raises, or with
     `skip_out_of_bounds` (oob_mode.skip) that partition is skipped. Timing: one descriptor per
-    partition's row.
+    partition's row; accumulating, each destination row is read as well as written (twice the
+    bytes; ASSUMPTION, as for DmaCompute: reads and the write share the engines).
     """
 
     OPCODE: ClassVar[str] = "DmaIndirect"
@@ -266,8 +267,10 @@ class DmaIndirect(_Dma):
         side = self.src if self.indexed == "src" else self.dst
         nbytes = side.nbytes
         row = max(1, nbytes // max(side.partitions, 1))
-        return DmaTransfer(nbytes, min(row, contiguous_run_bytes(dataclasses.replace(side, partitions=1))),
-                           max(1, side.partitions))
+        run = min(row, contiguous_run_bytes(dataclasses.replace(side, partitions=1)))
+        if self.accumulate:  # read-add-write
+            return DmaTransfer(2 * nbytes, run, 2 * max(1, side.partitions))
+        return DmaTransfer(nbytes, run, max(1, side.partitions))
 
 
 def _partition(ap: AccessPattern, p: int) -> AccessPattern:

@@ -58,6 +58,17 @@ def _blocked(out: Tile, views: Sequence[Tile], compute: Callable[[list[Tile]], T
             continue
         out2, ins2 = problem[0], problem[1:]
         rows, cols = out2.shape
+        bands = rows // P
+        if compute is not None and bands > 1 and 2 * cols <= chunk:
+            # narrow rows (attention's [b*h*s, s] scores with a per-row statistic): each
+            # partition takes `bands` consecutive rows, so one DMA per operand moves several
+            # 128-row tiles instead of one
+            banded = [_rows_per_partition(v, bands) for v in (out2, *ins2)]
+            _banded(banded[0], banded[1:], compute, out.dtype, chunk)
+            if rows == P * bands:
+                continue
+            out2, ins2 = out2[P * bands:rows, :], [v[P * bands:rows, :] for v in ins2]
+            rows = out2.shape[0]
         blocks = [(r0, rr, c0, cw) for r0, rr in tiles(rows, P) for c0, cw in tiles(cols, chunk)]
         for b in nl.affine_range(len(blocks)):
             r0, rr, c0, cw = blocks[b]
@@ -76,6 +87,13 @@ def _blocked(out: Tile, views: Sequence[Tile], compute: Callable[[list[Tile]], T
                 else:  # a program that folded to a constant
                     stage[0:rr] = nisa.memset((rr, cw), float(result), out.dtype)
             nl.store(out2[r0:r0 + rr, c0:c0 + cw], value=stage[0:rr])
+
+
+def _rows_per_partition(view: Tile, bands: int) -> Tile:
+    """Rows 0..128*bands of a [rows, cols] view as [128, bands, cols]: partition p holds rows
+    p*bands .. p*bands+bands-1."""
+    row_step, col_step = hbm_strides(view)
+    return hbm_view(view, (P, bands, view.shape[1]), (bands * row_step, row_step, col_step))
 
 
 def _banded(out3: Tile, ins3: Sequence[Tile], compute, dtype, chunk: int) -> None:
@@ -262,12 +280,12 @@ def pad(out: Tile, x: Tile, *, pads: Sequence[tuple[int, int]], value: float = 0
                 if count:
                     key = tuple(slice(start, start + count) if i == axis else slice(None)
                                 for i in range(out.ndim))
-                    _fill(out[key], value)
+                    fill(out[key], value)
         if all(s.stop > s.start for s in src_key):
             _blocked(out[tuple(dst_key)], [x[tuple(src_key)]], None)
 
 
-def _fill(region: Tile, value: float) -> None:
+def fill(region: Tile, value: float) -> None:
     """Write `value` to every element of an HBM region (one memset tile, repeated stores)."""
     for problem in problems_2d(region.shape, [region]):
         view = problem[0]

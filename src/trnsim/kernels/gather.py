@@ -108,10 +108,18 @@ def _indirect(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
                    index=ids.access(), indexed="src", row_step=int(step), extent=_whole(table))
 
 
-def scatter(out: Tile, x: Tile, values: Tile, index: Tile) -> None:
-    """out = x, then rows index[i] of axis 0 set to values[i]: a copy, and per 128 indices one
-    indirect DMA writing value rows HBM -> HBM into out (the index side, as gathers read)."""
+def scatter(out: Tile, x: Tile, values: Tile, index: Tile, *, accumulate: bool = False,
+            fill: float | None = None) -> None:
+    """out = x, then rows index[i] of axis 0 set to values[i] (`accumulate`: values[i] added to
+    them, every repeat of an index summed): a copy, and per 128 indices one indirect DMA moving
+    value rows HBM -> HBM into out (the index side, as gathers read; accumulating, the DMA
+    engines read, add and write each row: ``dst_rmw_op=add``).
+
+    `fill`: every element of x is this value (a gradient's zeros): out is written from one
+    memset SBUF tile instead of reading x. This is an embedding's backward as the DMA engines do
+    it: 2048 token rows added into the table's gradient, not a [V, 2048] one-hot and a matmul."""
     from trnsim.kernels.elementwise import copy
+    from trnsim.kernels.elementwise import fill as fill_hbm
     from trnsim.kernels.layout import broadcast_to_shape
 
     if not _is_int(index):
@@ -125,11 +133,17 @@ def scatter(out: Tile, x: Tile, values: Tile, index: Tile) -> None:
         if index.ndim else hbm_view(broadcast_to_shape(values, tuple(out.shape[1:])),
                                     (1, width), (0, 1))
     with kernel_scope("scatter"):
-        if rows is None or (width > 1 and hbm_strides(rows)[1] != 1):
-            dense = nl.ndarray((count, width), dtype=values.dtype, buffer=nl.hbm)
+        if rows is None or (width > 1 and hbm_strides(rows)[1] != 1) or (
+                accumulate and rows.dtype_spec != out.dtype_spec):
+            # dense rows in out's dtype (the DMA engines add in the destination's type)
+            dense = nl.ndarray((count, width), dtype=out.dtype if accumulate else values.dtype,
+                               buffer=nl.hbm)
             copy(dense, broadcast_to_shape(values, (*index.shape, *out.shape[1:])))
             rows = dense
-        copy(out, x)
+        if fill is not None:
+            fill_hbm(out, fill)
+        else:
+            copy(out, x)
         step = width
         for i0, ir in tiles(count, P):
             with kernel_scope("index block"):
@@ -137,16 +151,19 @@ def scatter(out: Tile, x: Tile, values: Tile, index: Tile) -> None:
                 ids[0:ir, :] = nl.load(hbm_view(flat_index, (ir, 1), (1, 1), offset=i0))
                 for c0, cw in tiles(width, MAX_FREE_SIZE):
                     _indirect_write(hbm_view(out, (ir, cw), (0, 1), offset=c0),
-                                    rows[i0:i0 + ir, c0:c0 + cw], ids[0:ir, :], out, step)
+                                    rows[i0:i0 + ir, c0:c0 + cw], ids[0:ir, :], out, step,
+                                    accumulate)
 
 
-def _indirect_write(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int) -> None:
-    """table elements dst_offset + ids[p] * step + (0..width-1) = src[p, :]."""
+def _indirect_write(dst: Tile, src: Tile, ids: Tile, table: Tile, step: int,
+                    accumulate: bool = False) -> None:
+    """table elements dst_offset + ids[p] * step + (0..width-1) = src[p, :] (+= with
+    `accumulate`)."""
     trace = current_trace()
     trace.flush()
     trace.emit_now(DmaIndirect, dst=_rows_access(dst, ids.shape[0]),
                    src=_rows_access(src, ids.shape[0]), index=ids.access(), indexed="dst",
-                   row_step=int(step), extent=_whole(table))
+                   row_step=int(step), extent=_whole(table), accumulate=accumulate)
 
 
 def _whole(table: Tile) -> AccessPattern:

@@ -225,10 +225,17 @@ def load_block(dst: Tile, src: Tile) -> None:
     broadcast on chip by one copy; a stride-0 row axis is a DMA with partition step 0.
     """
     if src.ndim == 3:
-        if 0 in hbm_strides(src)[1:]:  # a broadcast inside: one [rows, b] band at a time
-            width = src.shape[2]
-            for i in range(src.shape[1]):
-                load_block(dst[:, i * width:(i + 1) * width], src[:, i])
+        rows, a, b = src.shape
+        _, a_step, b_step = hbm_strides(src)
+        if (a_step == 0 and a > 1) or (b_step == 0 and b > 1):
+            # a broadcast inside: the distinct values in one DMA ([rows, b], [rows, a] or
+            # [rows, 1]), spread over the block on chip by one copy with stride-0 axes
+            a_kept, b_kept = (a if a_step else 1), (b if b_step else 1)
+            part = hbm_view(src, (rows, a_kept, b_kept), hbm_strides(src))
+            values = nl.ndarray((rows, a_kept * b_kept), dtype=src.dtype, buffer=nl.sbuf)
+            values.reshape((rows, a_kept, b_kept))[...] = nl.load(part)
+            spread = values.ap([[1, rows], [b_kept if a_step else 0, a], [1 if b_step else 0, b]])
+            dst.reshape(src.shape)[...] = nisa.tensor_copy(spread, engine=spare_engine())
             return
         dst.reshape(src.shape)[...] = nl.load(src)
         return

@@ -10,8 +10,9 @@ two orientations issue identical matmul cycles and "b" would only add the transp
 the kernel holds A stationary regardless of the hint.
 
 Batch. When B is shared by every batch item (a weight) and A/out fold into rows, the batch is
-folded into M: one problem, weights streamed once. Otherwise each batch item is its own problem,
-in its own scope so consecutive items overlap.
+folded into M: one problem, weights streamed once. Items that each fit one TensorE pass
+(attention's per-head products) move several per DMA (`trnsim.kernels.matmul_batched`).
+Otherwise each batch item is its own problem, in its own scope so consecutive items overlap.
 
 Int8 weights. An int8 B (weight-only quantization, `trnsim.compiler.passes.quantize`) moves
 from HBM as int8, one byte a weight, and is converted to the compute dtype in SBUF (exact:
@@ -43,6 +44,7 @@ from trnsim.kernels.layout import (
     load_block,
     tiles,
 )
+from trnsim.kernels.matmul_batched import grouped_matmul
 from trnsim.kernels.matmul_engine import Engine
 from trnsim.kernels.matmul_plan import NeedsKMajor, Operand
 from trnsim.nki import isa as nisa
@@ -81,6 +83,11 @@ def matmul(out: Tile, a: Tile, b: Tile, *, bias: Tile | None = None, extras: Seq
         a_full = broadcast_to_shape(a, (*batch, *a.shape[-2:]))
         b_full = broadcast_to_shape(b, (*batch, *b.shape[-2:]))
         extras_full = [broadcast_to_shape(e, out.shape) for e in extras]
+        shared_b = bool(batch) and all(s == 0 for s in hbm_strides(b_full)[:len(batch)])
+        if batch and not (shared_b and not transpose_a) and grouped_matmul(
+                out, a_full, b_full, extras_full, batch, transpose_a, transpose_b,
+                compute_dtype, bias, epilogue):
+            return
         pending: list[tuple[Tile, Tile]] = []
         problems = _problems(out, a_full, b_full, extras_full, batch, transpose_a, pending)
         rows = problems[0][0].shape[0]

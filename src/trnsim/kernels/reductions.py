@@ -5,8 +5,9 @@ All four want the axis they walk along the free axis, rows on partitions:
 - if that axis (the reduced axes, merged) is the innermost in HBM, rows are the other axes and
   each 128-row tile is read in long contiguous runs (`_direct`);
 - reductions over leading axes with contiguous kept axes (sum over the batch of [B, C]) load
-  [128 reduced, 128 kept] blocks contiguously and transpose them on TensorE (`_transposed`),
-  instead of element-granular DMA descriptors;
+  [128 reduced, kept] blocks contiguously: a sum or mean is a ones-vector matmul on TensorE
+  accumulated over the reduced axis (`_ones_matmul`: a bias gradient), other ops transpose
+  the blocks on TensorE (`_transposed`), instead of element-granular DMA descriptors;
 - anything else reads through a strided DMA view (correct; each descriptor is one element, so it
   is slow, and the profile shows it).
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.kernels.layout import (
+    BANK_FP32,
     BN_CHUNK,
     Evictor,
     P,
@@ -104,7 +106,10 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
             out_rows = out_cols[:, 0:1]
             if (hbm_strides(columns)[1] != 1 and _kept_contiguous(columns)
                     and not x.dtype_spec.is_int):  # TensorE transposes through fp32
-                _transposed(columns, out_rows, reducer)
+                if op in ("sum", "mean") and prologue is None:
+                    _ones_matmul(columns, out_rows, op, count)
+                else:
+                    _transposed(columns, out_rows, reducer)
             else:
                 _direct(columns, out_rows, reducer)
 
@@ -216,6 +221,42 @@ def _transposed(columns: Tile, out_rows: Tile, reducer: _Reducer) -> None:
                 evictor.copy(values[0:rr, 0:cw], bank[0:rr, 0:cw])
                 reducer.add(state, values[0:rr, 0:cw], c0)
         reducer.finish(state, out_rows[r0:r0 + rr, :])
+
+
+# reduced rows one DMA brings per partition in `_ones_matmul` (K tiles of 128 rows each)
+ONES_TILES_PER_DMA = 8
+
+
+def _ones_matmul(columns: Tile, out_rows: Tile, op: str, count: int) -> None:
+    """Sum (or mean) over strided columns whose rows are contiguous (a bias gradient: [tokens,
+    width] summed over the tokens) as TensorE computes it: ones[128]^T @ block[128, 512]
+    accumulated in one PSUM bank over the reduced axis, 128 of it per matmul; one [1, 512]
+    row of results per bank, no transposes."""
+    rows, cols = columns.shape
+    flipped = hbm_view(columns, (cols, rows), hbm_strides(columns)[::-1])  # [reduced, kept]
+    step = hbm_strides(out_rows)[0]
+    ones = nl.ndarray((P, 1), dtype=columns.dtype, buffer=nl.sbuf)
+    ones[...] = nisa.memset((P, 1), 1.0, columns.dtype)
+    full = cols // P
+    for r0, rw in tiles(rows, BANK_FP32):
+        with kernel_scope("ones matmul block"):
+            acc = nl.zeros((1, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+            for t0, tn in tiles(full, ONES_TILES_PER_DMA):
+                block = nl.ndarray((P, tn, rw), dtype=columns.dtype, buffer=nl.sbuf)
+                s_red, s_kept = hbm_strides(flipped)
+                block[...] = nl.load(hbm_view(flipped, (P, tn, rw), (s_red, P * s_red, s_kept),
+                                              offset=t0 * P * s_red + r0 * s_kept))
+                for j in range(tn):
+                    acc[0:1, 0:rw] += nisa.nc_matmul(ones, block[:, j, 0:rw])
+            if cols > full * P:
+                rest = cols - full * P
+                tail = nl.ndarray((P, rw), dtype=columns.dtype, buffer=nl.sbuf)
+                tail[0:rest, :] = nl.load(flipped[full * P:cols, r0:r0 + rw])
+                acc[0:1, 0:rw] += nisa.nc_matmul(ones[0:rest, :], tail[0:rest, 0:rw])
+            result = nl.ndarray((1, rw), dtype=out_rows.dtype, buffer=nl.sbuf)
+            scale = 1.0 / count if op == "mean" else 1.0
+            result[...] = nisa.activation(op="identity", data=acc[0:1, 0:rw], scale=scale)
+            nl.store(hbm_view(out_rows, (1, rw), (0, step), offset=r0 * step), value=result)
 
 
 class _Reducer:

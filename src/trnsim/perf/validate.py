@@ -320,7 +320,9 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
              ids: set[str] | None = None, configs: tuple[str, ...] = (),
              model_type: str | None = None,
              progress: Callable[[str], None] | None = None) -> list[RowResult]:
-    """Predict every row (of `kinds`, with an id in `ids`, when given) of a measurements CSV.
+    """Predict every row (of `kinds`, with an id in `ids`, when given) of a measurements CSV;
+    A row named in `ids` is predicted whatever its kind's `by_default`; an id no row has is an
+    `UnknownNameError` naming it (raised before any prediction).
     `configs`: Hugging Face config.json files that model names may also resolve to.
     `model_type`: the --model-type of every model row (default: per row)."""
     if configs:
@@ -330,7 +332,15 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
             register_config(config)
     results = []
     path = Path(path or default_csv())
-    for row in read_rows(path):
+    rows = read_rows(path)
+    if ids is not None:
+        from trnsim.errors import UnknownNameError
+
+        known = {row.get("id") or "" for row in rows}
+        for wanted in sorted(ids):
+            if wanted not in known:
+                raise UnknownNameError(f"row id (in {path.name})", wanted, known - {""})
+    for row in rows:
         row[_CSV_DIR] = str(path.parent)  # where a row's relative kernel file is looked for
         if model_type:
             row[_MODEL_TYPE_OVERRIDE] = model_type
@@ -339,7 +349,8 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
         result = _row_result(row)
         if result.status == "ok" and kinds is not None and row["kind"] not in kinds:
             result.status, result.reason = "skipped", f"kind {row['kind']!r} not selected"
-        elif result.status == "ok" and kinds is None and not KINDS[row["kind"]].by_default:
+        elif (result.status == "ok" and kinds is None and ids is None
+              and not KINDS[row["kind"]].by_default):
             result.status, result.reason = "skipped", (
                 f"{row['kind']} rows take minutes each (they compose simulated tensor-parallel "
                 f"steps of a large model): ask for them with --kinds {row['kind']}")

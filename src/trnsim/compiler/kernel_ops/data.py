@@ -163,13 +163,21 @@ operand (x). attrs: axis, dtype. Kernel: ``cumsum(out, x, *, axis)``.""")
 
 
 def _scatter_lower(lowering, node, out):
-    lowering.call(node, kernels().scatter, out, *(lowering.tile(n) for n in node.inputs))
+    x = node.inputs[0]
+    # x filled with one value (a gradient's zeros): XLA fuses the fill into the scatter's
+    # initialisation, so the kernel writes it from a memset tile rather than reading it
+    fill = float(x.attrs["value"]) if x.op == "full" else None
+    lowering.call(node, kernels().scatter, out, *(lowering.tile(n) for n in node.inputs),
+                  accumulate=bool(node.attrs.get("accumulate", False)), fill=fill)
 
 
-SCATTER = KernelOp("k.scatter", ("dtype",), *same_as("scatter"), _scatter_lower, doc="""
+SCATTER = KernelOp("k.scatter", ("dtype", "accumulate"), *same_as("scatter"), _scatter_lower,
+                   doc="""
 operands (x, values, index). x with rows index[i] of axis 0 set to values[i] (values broadcast
-to [*index.shape, *x.shape[1:]]; a repeated index keeps the last). attrs: dtype. Kernel:
-``scatter(out, x, values, index)`` (indirect DMA writes).""")
+to [*index.shape, *x.shape[1:]]; a repeated index keeps the last), or with `accumulate` added
+to them (every repeat summed: an embedding's gradient). attrs: dtype, accumulate. Kernel:
+``scatter(out, x, values, index, accumulate=, fill=)`` (indirect DMA writes, read-add-write
+when accumulating; `fill` when x is a `full`: written from a memset tile, not read).""")
 
 
 def _topk_lower(lowering, node, out):

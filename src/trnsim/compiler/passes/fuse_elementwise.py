@@ -170,7 +170,7 @@ _ONE_TO_ONE = {
     **{op: _reduce for op in REDUCE},
     "cumsum": _same("k.cumsum", "axis"),
     "topk": _same("k.topk", "k", "axis", "largest", "part"),
-    "scatter": _same("k.scatter"),
+    "scatter": _same("k.scatter", "accumulate"),
     "concat": _same("k.concat", "axis"),
     "pad": _same("k.pad", "pads", "value"),
     "max_pool2d": _pool("max"), "avg_pool2d": _pool("avg"),
