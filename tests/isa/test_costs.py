@@ -40,6 +40,21 @@ def test_matmul_issue_interval(m, n, dtype, expected):
     assert mm.flops() == 2 * m * n * 128
 
 
+@pytest.mark.parametrize("st_dtype,mv_dtype,hint,expected", [
+    ("float32", "float32", "stationary", 1024), ("float32", "float32", "moving", 1024),
+    ("float32", "float32", None, 2048),
+    # the hint only speeds up an fp32 operand: a bf16 ones tile beside an fp32 moving gains nothing
+    ("bfloat16", "float32", "stationary", 2048), ("float32", "bfloat16", "moving", 2048),
+    ("bfloat16", "bfloat16", "stationary", 512),
+])
+def test_onezero_hint_halves_the_fp32_matmul(st_dtype, mv_dtype, hint, expected):
+    """nc_matmul's is_{stationary,moving}_onezero: 2x for a float32 tile of ones and zeros."""
+    mm = MultiplyMoving(dst=psum(0, 128, (512,)), moving=sbuf(4096, 1, (512,), mv_dtype),
+                        stationary=sbuf(0, 1, (128,), st_dtype),
+                        stationary_onezero=hint == "stationary", moving_onezero=hint == "moving")
+    assert cycles(mm.cost(V2).busy_ns, V2.tensor.clock_hz) == pytest.approx(expected)
+
+
 def test_512_moving_matmul_is_about_183_ns_on_v2():
     mm = MultiplyMoving(dst=psum(0, 128, (512,)), moving=sbuf(0, 128, (512,), "bfloat16"),
                         stationary=sbuf(4096, 128, (128,), "bfloat16"))

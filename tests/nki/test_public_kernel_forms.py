@@ -292,6 +292,30 @@ def test_store_a_constant_gather_flattened_and_an_odd_start_partition(rng):
     np.testing.assert_array_equal(gathered, np.take_along_axis(data, picks.astype(np.int64), 1))
 
 
+def test_partition_broadcast_and_onezero_hints_run_the_fp32_matmul_at_twice_the_rate(rng):
+    """nl.broadcast_to crosses partitions as nc_matmul(ones, x, is_stationary_onezero=True) (arch
+    guide, TensorE "Alternative Use Case"); the hint halves an fp32 matmul (nki.isa.nc_matmul)."""
+    row = rng.standard_normal((1, 512)).astype(np.float32)
+
+    @nki.jit
+    def spread(r):
+        out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(r)
+        ones = nl.full((1, 128), 1.0, dtype=nl.float32)
+        nl.store(out[0], value=nl.broadcast_to(x, (128, 512)))
+        nl.store(out[1], value=nisa.nc_matmul(ones, x, is_stationary_onezero=True))
+        nl.store(out[2], value=nisa.nc_matmul(ones, x))
+        return out
+
+    got = spread(row)
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], np.broadcast_to(row, (128, 512)))
+    mms = [r for r in spread.last_run.profile.records if r.opcode == "MultiplyMoving"]
+    assert len(mms) == 3
+    assert mms[0].busy_ns == pytest.approx(mms[1].busy_ns)
+    assert mms[2].busy_ns == pytest.approx(2 * mms[1].busy_ns)
+
+
 def test_broadcast_to_as_a_tile_method_and_with_a_positional_shape(rng):
     row = rng.standard_normal((1, 96)).astype(np.float32)
     col = rng.standard_normal((128, 1)).astype(np.float32)

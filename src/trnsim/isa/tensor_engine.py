@@ -105,6 +105,7 @@ class MultiplyMoving(Instruction):
     accumulate: bool = False  # False: overwrite PSUM (start of an accumulation group)
     perf_mode: str | None = None
     moving_onezero: bool = False  # fp32 hint: halves the fp32 cost
+    stationary_onezero: bool = False  # the same hint for the stationary (partition broadcast)
 
     def reads(self):
         return (self.moving,)
@@ -164,7 +165,11 @@ class MultiplyMoving(Instruction):
 
     def cost(self, core) -> Cost:
         rate = matmul_rate(core, self.stationary.dtype, self.moving.dtype, perf_mode=self.perf_mode)
-        if rate < 1.0 and self.moving_onezero:
+        # nc_matmul's is_{stationary,moving}_onezero: "2x better performance if [that] tile is in
+        # float32; no impact for non-float32" (nki/api/nki/isa nc_matmul)
+        hinted = ((self.moving_onezero and self.moving.dtype.name == "float32")
+                  or (self.stationary_onezero and self.stationary.dtype.name == "float32"))
+        if rate < 1.0 and hinted:
             rate *= 2.0
         t = core.tensor
         cycles = max(min(t.mm_moving_min_cycles, self.m), self.n) / min(rate, 1.0)

@@ -50,7 +50,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
         return nc_transpose(st, engine="tensor", mask=mask)
     mode = getattr(perf_mode, "name", perf_mode)
     mode = None if mode in (None, "none", 0) else "double_row"
-    return matmul_pending(st, mv, mask_of(mask), perf_mode=mode, moving_onezero=is_moving_onezero)
+    return matmul_pending(st, mv, mask_of(mask), perf_mode=mode, moving_onezero=is_moving_onezero,
+                          stationary_onezero=is_stationary_onezero)
 
 
 def transpose_engine(engine, partitions: int, free: int) -> str:

@@ -75,12 +75,14 @@ def emit(cls: type[Instruction], **fields) -> Instruction:
 
 
 def matmul(dst: Tile, stationary: Tile, moving: Tile, *, accumulate: bool = False,
-           perf_mode: str | None = None, moving_onezero: bool = False, predicate=None) -> None:
+           perf_mode: str | None = None, moving_onezero: bool = False,
+           stationary_onezero: bool = False, predicate=None) -> None:
     """stationary.T @ moving into PSUM: LoadStationary then MultiplyMoving (nc_matmul)."""
     st = access(stationary, predicate)
     emit(LoadStationary, src=st, perf_mode=perf_mode)
     emit(MultiplyMoving, dst=access(dst, predicate), moving=access(moving, predicate), stationary=st,
-         accumulate=accumulate, perf_mode=perf_mode, moving_onezero=moving_onezero)
+         accumulate=accumulate, perf_mode=perf_mode, moving_onezero=moving_onezero,
+         stationary_onezero=stationary_onezero)
 
 
 def transpose(dst: Tile, src: Tile, engine: str, predicate=None) -> None:

@@ -218,7 +218,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 
 
 def matmul_pending(stationary: Tile, moving: Tile, predicate=None, perf_mode=None,
-                   moving_onezero=False) -> Tile:
+                   moving_onezero=False, stationary_onezero=False) -> Tile:
     """stationary.T @ moving into PSUM (fp32): LoadStationary + MultiplyMoving."""
     trace = current_trace()
     if stationary.shape[0] != moving.shape[0]:
@@ -234,7 +234,7 @@ def matmul_pending(stationary: Tile, moving: Tile, predicate=None, perf_mode=Non
         trace.emit_now(MultiplyMoving, dst=dst.access(predicate), moving=moving.access(predicate,
                                                                                        moving.tags),
                        stationary=st, accumulate=accumulate, perf_mode=perf_mode,
-                       moving_onezero=moving_onezero)
+                       moving_onezero=moving_onezero, stationary_onezero=stationary_onezero)
 
     return trace.defer((m, n), "float32", emit, buffer="psum", matmul=True)
 

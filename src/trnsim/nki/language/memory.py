@@ -126,7 +126,8 @@ def fill(dst: Tile, value: float) -> None:
 @api("nl.broadcast_to")
 def broadcast_to(src, shape, **kwargs) -> Tile:
     """Broadcast along the free axes (a stride-0 copy) and/or from one partition to many (a
-    TensorE matmul with a row of ones, the standard way to cross partitions)."""
+    TensorE matmul with a row of ones, the standard way to cross partitions: NKI's own
+    ``nc_matmul(ones, x, is_stationary_onezero=True)``, arch guide "Alternative Use Case")."""
     src = tile_arg(src, "nl.broadcast_to source")
     shape = tuple(int(s) for s in shape)
     if len(shape) != len(src.shape) or any(s != t and s != 1 for s, t in zip(src.shape, shape, strict=True)):
@@ -156,7 +157,7 @@ def broadcast_to(src, shape, **kwargs) -> Tile:
             moving = Tile(trace, src._storage, (Axis(1, 1, 0), Axis(n, 0, src._axes[1].fstep)),
                           src.dtype_spec, src._poffset, src._foffset + start * src._axes[1].fstep)
             trace.emit_now(MultiplyMoving, dst=staged.access(), moving=moving.access(),
-                           stationary=ones.access())
+                           stationary=ones.access(), stationary_onezero=True)
             trace.emit_now(TensorCopy, dst=dst[:, start:start + n].access(), src=staged.access())
             trace.release(staged)
 

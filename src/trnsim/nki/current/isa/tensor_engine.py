@@ -56,7 +56,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if mode is not None:
         require_version(current_trace().core, 3, "nisa.nc_matmul(perf_mode=double_row)")
     lowering.matmul(target, st, mv, accumulate=_accumulate(target, accumulate), perf_mode=mode,
-                    moving_onezero=is_moving_onezero)
+                    moving_onezero=is_moving_onezero, stationary_onezero=is_stationary_onezero)
 
 
 @nisa_call("nisa.nc_matmul_mx")
