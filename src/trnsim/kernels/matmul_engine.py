@@ -125,7 +125,9 @@ class Engine:
         tiling = self.tiling
         if operand.k_major:
             view = operand.columns(start, count)
-            per_dma = max(1, DMA_PIECE_BYTES // max(1, count * self.compute_bytes))
+            # an int8 weight's K tiles move half the bytes: twice as many go in one DMA
+            moved = min(self.compute_bytes, operand.matrix.dtype_spec.itemsize)
+            per_dma = max(1, DMA_PIECE_BYTES // max(1, count * moved))
             for a in range(t0, min(t1, tiling.full), per_dma):
                 n = min(per_dma, min(t1, tiling.full) - a)
                 dst[:, a - t0:a - t0 + n, :] = self.loaded(tiling.kmajor_view(view, a, n))
