@@ -61,3 +61,18 @@ def test_a_row_with_int8_weight_storage_times_int8_weights(tmp_path, monkeypatch
     deployments = sorted(json.loads(p.read_text())["deployment"].get("quantize", "-")
                          for p in (tmp_path / "cache" / "serving").glob("steps-*.json"))
     assert deployments == ["-", "int8"]
+
+
+def test_weight_storage_named_in_the_notes_times_int8_weights(tmp_path, monkeypatch):
+    """The calibration set transcribes the published "Weight Storage Data Type" in the notes
+    ("weight storage int8 as published") and leaves dtype bf16: that row times int8 weights."""
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tiny.json").write_text(json.dumps(CONFIG))
+    row = ("g-noted,generation,tiny.json,inf2.xlarge,1,bf16,1,256,ttft,1.0,ms,test,"
+           '"p50; weight storage int8 as published",,TP1,,,100,60,1')
+    (tmp_path / "rows.csv").write_text(HEADER + row + "\n")
+    (result,) = validate(tmp_path / "rows.csv", kinds=("generation",))
+    assert result.status == "ok", result.reason
+    deployments = [json.loads(p.read_text())["deployment"].get("quantize", "-")
+                   for p in (tmp_path / "cache" / "serving").glob("steps-*.json")]
+    assert deployments == ["int8"]

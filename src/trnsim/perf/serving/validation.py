@@ -9,7 +9,8 @@ so TPOT is the median of the per-token step times. The model runs in the row's `
 fp16: its activations and KV cache in 16 bits, as the published runs loaded it), its matmuls
 auto-cast to bf16 by the compiler's default; ``bf16+int8`` (any model dtype ``+int8``) stores
 its linear weights as int8, the published "Weight Storage Data Type" int8
-(`trnsim.compiler.passes.quantize`).
+(`trnsim.compiler.passes.quantize`); so does a row whose notes transcribe that column as
+"weight storage int8", as the calibration set's rows do.
 A model of more than one layer is composed from simulated one- and two-layer models
 (`StepTimer(compose_layers=True)`), which keeps a 32-layer 8B model's rows to minutes.
 """
@@ -20,6 +21,8 @@ import re
 
 from trnsim.compiler.options import QUANTIZE_DTYPES
 from trnsim.errors import InvalidArgumentError
+
+_WEIGHT_STORAGE = re.compile(r"weight storage(?: data type)?\s+(int\d+)", re.IGNORECASE)
 
 # Hugging Face ids of published rows -> the config trnsim ships (trnsim/perf/data/models).
 HF_MODELS = {"meta-llama/meta-llama-3-8b": "llama-3-8b", "meta-llama/llama-2-7b-hf": "llama-2-7b"}
@@ -75,6 +78,10 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
         raise InvalidArgumentError(f"generation row dtype {row.get('dtype')!r}: known "
                                    f"{', '.join(k for k in DTYPES if k)}, optionally followed by "
                                    f"+{' or +'.join(QUANTIZE_DTYPES)} (weight storage)")
+    if not quantize:  # the published table's "Weight Storage Data Type", kept in the notes
+        noted = _WEIGHT_STORAGE.search(row.get("notes") or "")
+        quantize = noted.group(1).lower() if noted and noted.group(1).lower() in \
+            QUANTIZE_DTYPES else ""
     dtype, quantize = DTYPES[dtype_text], quantize or None
     key = (name, spec.name, tp, dtype, quantize)
     timers = timers if timers is not None else _TIMERS
