@@ -133,3 +133,16 @@ def test_a_bias_gradient_sum_is_a_ones_matmul_on_tensor_engine(rng):
     assert opcodes.count("MultiplyMoving") == 10
     mean = run(reduce, [x], (700,), "float32", op="mean", axes=(0,))
     assert_close(mean.output, x.mean(axis=0), "float32", rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["sum", "amax", "mean"])
+def test_many_short_rows_reduce_with_one_dma_each_way(rng, op):
+    """Attention's scores [b*h, s, s] reduced per row (the softmax backward's sum): each
+    partition takes consecutive rows, so 4096 rows of 128 are one load and one store (they
+    were a load and a store per 128 rows: 64 DMAs); a tail of rows goes the usual way."""
+    x = rng.standard_normal((32 * 128 + 40, 128)).astype(np.float32)
+    want = ref.reduce(op, x, (1,), True, dtype("float32"), 1)
+    result = run(reduce, [x], want.shape, "float32", op=op, axes=(1,), keepdim=True)
+    assert_close(result.output, want, "float32", rtol=1e-5)
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 4, len(dmas)  # the banded block's two, the 40-row tail's two

@@ -111,7 +111,9 @@ def reduce(out: Tile, x: Tile, *, op: str, axes: Sequence[int] = (), keepdim: bo
                 else:
                     _transposed(columns, out_rows, reducer)
             else:
-                _direct(columns, out_rows, reducer)
+                done = _narrow_rows(columns, out_rows, op, count) if prologue is None else 0
+                if done < columns.shape[0]:
+                    _direct(columns[done:, :], out_rows[done:, :], reducer)
 
 
 # A whole-tensor reduction of at least this many elements per partition is spread over all
@@ -181,6 +183,37 @@ def _no_reduction(out: Tile, x: Tile, op: str, prologue) -> None:
         return nisa.tensor_copy(value, dtype=nl.float32)
 
     elementwise(out, [x], program=program)
+
+
+# column-at-a-time ops `_narrow_rows` reduces in one VectorE instruction per block
+_NARROW_OPS = {"sum": np.add, "mean": np.add, "amax": np.max, "amin": np.min}
+
+
+def _narrow_rows(columns: Tile, out_rows: Tile, op: str, count: int) -> int:
+    """Many short rows (attention's [b*h*s, s] scores summed per row): each partition takes
+    consecutive rows, so one DMA loads [128, rows/128 (per block), cols] and one stores the
+    [128, rows/128] results, instead of a load and a store per 128 rows. Returns how many
+    leading rows it reduced (0: not a shape it handles; the rest go to `_direct`)."""
+    rows, cols = columns.shape
+    bands = rows // P
+    if op not in _NARROW_OPS or bands < 2 or 2 * cols > CHUNK or columns.dtype_spec.is_int:
+        return 0
+    row_step, col_step = hbm_strides(columns)
+    out_step = hbm_strides(out_rows)[0]
+    per = max(1, CHUNK // cols)
+    scale = 1.0 / count if op == "mean" else 1.0
+    for j0, jn in tiles(bands, per):
+        with kernel_scope("narrow rows"):
+            block = nl.ndarray((P, jn, cols), dtype=columns.dtype, buffer=nl.sbuf)
+            block[...] = nl.load(hbm_view(columns, (P, jn, cols),
+                                          (bands * row_step, row_step, col_step),
+                                          offset=j0 * row_step))
+            total = nisa.tensor_reduce(_NARROW_OPS[op], block, axis=(2,), dtype=nl.float32)
+            result = nl.ndarray((P, jn), dtype=out_rows.dtype, buffer=nl.sbuf)
+            result[...] = nisa.tensor_scalar(total, np.multiply, scale)
+            nl.store(hbm_view(out_rows, (P, jn), (bands * out_step, out_step),
+                              offset=j0 * out_step), value=result)
+    return P * bands
 
 
 def _kept_contiguous(columns: Tile) -> bool:
