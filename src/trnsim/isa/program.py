@@ -84,9 +84,10 @@ class Program:
     sbuf_peak_bytes_per_partition: int = 0  # as allocated by the front end
     psum_peak_bytes_per_partition: int = 0
     metadata: dict = field(default_factory=dict)
-    # True when every instruction already passed check(target) as it was emitted (NKI traces and
-    # the compiler's lowering check at emission, pointing at the user's line); the simulator then
-    # does not check again. HBM bounds are still checked when the program runs.
+    # True when every instruction already passed check(target) as it was emitted (NKI traces
+    # check at emission, pointing at the user's line); the simulator then does not check again.
+    # The compiler's lowering does not check at emission: its programs are checked when planned.
+    # HBM bounds are still checked when the program runs.
     checked: bool = False
 
     @property
