@@ -454,10 +454,8 @@ def _engine_cast(plan: Plan, reads: tuple[AccessPattern, ...],
     from trnsim.isa import TensorCopy
 
     engine = Engine.GPSIMD if core.gpsimd is not None else Engine.VECTOR
-    dst = next(ap for ap in writes if ap.memory is Memory.SBUF) \
-        if any(ap.memory is Memory.SBUF for ap in writes) else None
-    src = next(ap for ap in reads if ap.memory is Memory.SBUF) \
-        if any(ap.memory is Memory.SBUF for ap in reads) else None
+    dst = next((ap for ap in writes if ap.memory is Memory.SBUF), None)
+    src = next((ap for ap in reads if ap.memory is Memory.SBUF), None)
     if dst is None:  # SBUF -> on-chip tensor: the on-chip tensor takes the SBUF side's layout
         dst = dataclasses.replace(src, dtype=writes[0].dtype)
     if src is None:

@@ -76,3 +76,6 @@ def test_weight_storage_named_in_the_notes_times_int8_weights(tmp_path, monkeypa
     deployments = [json.loads(p.read_text())["deployment"].get("quantize", "-")
                    for p in (tmp_path / "cache" / "serving").glob("steps-*.json")]
     assert deployments == ["int8"]
+    (tmp_path / "rows.csv").write_text(HEADER + row.replace("int8 as", "int4 as") + "\n")
+    (refused,) = validate(tmp_path / "rows.csv", kinds=("generation",))
+    assert refused.status != "ok" and "'int4'" in refused.reason

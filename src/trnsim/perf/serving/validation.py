@@ -78,10 +78,12 @@ def predict_generation(row: dict, timers: dict | None = None) -> float:
         raise InvalidArgumentError(f"generation row dtype {row.get('dtype')!r}: known "
                                    f"{', '.join(k for k in DTYPES if k)}, optionally followed by "
                                    f"+{' or +'.join(QUANTIZE_DTYPES)} (weight storage)")
-    if not quantize:  # the published table's "Weight Storage Data Type", kept in the notes
-        noted = _WEIGHT_STORAGE.search(row.get("notes") or "")
-        quantize = noted.group(1).lower() if noted and noted.group(1).lower() in \
-            QUANTIZE_DTYPES else ""
+    noted = _WEIGHT_STORAGE.search(row.get("notes") or "")
+    if not quantize and noted:  # the published "Weight Storage Data Type", kept in the notes
+        quantize = noted.group(1).lower()
+        if quantize not in QUANTIZE_DTYPES:
+            raise InvalidArgumentError(f"generation row notes name weight storage {quantize!r}: "
+                                       f"trnsim stores weights as {' or '.join(QUANTIZE_DTYPES)}")
     dtype, quantize = DTYPES[dtype_text], quantize or None
     key = (name, spec.name, tp, dtype, quantize)
     timers = timers if timers is not None else _TIMERS
