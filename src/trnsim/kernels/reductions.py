@@ -185,8 +185,8 @@ def _no_reduction(out: Tile, x: Tile, op: str, prologue) -> None:
     elementwise(out, [x], program=program)
 
 
-# column-at-a-time ops `_narrow_rows` reduces in one VectorE instruction per block
-_NARROW_OPS = {"sum": np.add, "mean": np.add, "amax": np.max, "amin": np.min}
+# column-at-a-time ops (of `_ALU`) `_narrow_rows` reduces in one VectorE instruction per block
+_NARROW_OPS = ("sum", "mean", "amax", "amin")
 
 
 def _narrow_rows(columns: Tile, out_rows: Tile, op: str, count: int) -> int:
@@ -208,7 +208,7 @@ def _narrow_rows(columns: Tile, out_rows: Tile, op: str, count: int) -> int:
             block[...] = nl.load(hbm_view(columns, (P, jn, cols),
                                           (bands * row_step, row_step, col_step),
                                           offset=j0 * row_step))
-            total = nisa.tensor_reduce(_NARROW_OPS[op], block, axis=(2,), dtype=nl.float32)
+            total = nisa.tensor_reduce(_ALU[op], block, axis=(2,), dtype=nl.float32)
             result = nl.ndarray((P, jn), dtype=out_rows.dtype, buffer=nl.sbuf)
             result[...] = nisa.tensor_scalar(total, np.multiply, scale)
             nl.store(hbm_view(out_rows, (P, jn), (bands * out_step, out_step),
@@ -271,12 +271,12 @@ def _ones_matmul(columns: Tile, out_rows: Tile, op: str, count: int) -> None:
     ones = nl.ndarray((P, 1), dtype=columns.dtype, buffer=nl.sbuf)
     ones[...] = nisa.memset((P, 1), 1.0, columns.dtype)
     full = cols // P
+    s_red, s_kept = hbm_strides(flipped)
     for r0, rw in tiles(rows, BANK_FP32):
         with kernel_scope("ones matmul block"):
             acc = nl.zeros((1, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
             for t0, tn in tiles(full, ONES_TILES_PER_DMA):
                 block = nl.ndarray((P, tn, rw), dtype=columns.dtype, buffer=nl.sbuf)
-                s_red, s_kept = hbm_strides(flipped)
                 block[...] = nl.load(hbm_view(flipped, (P, tn, rw), (s_red, P * s_red, s_kept),
                                               offset=t0 * P * s_red + r0 * s_kept))
                 for j in range(tn):
