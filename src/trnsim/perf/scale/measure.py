@@ -4,7 +4,9 @@
 "optimizer", "items": [{"kind": "layer"|"head", "shape": {...}, "path": ...}]}) and writes one
 JSON timing file per item. Each item is one training step of the module on the lazy device
 (`trnsim.runtime.xla`): forward, backward and the optimizer's update compiled by trnsim's
-compiler and timed on the instruction-level simulator, exactly as a user's torch-xla script is.
+compiler and timed on the instruction-level simulator, exactly as a user's torch-xla script is,
+but timing only: weights and activations are meta tensors (`TRNSIM_XLA_VALUES=shapes`), so no
+value is computed and host memory does not grow with the model.
 A process of its own because the lazy device is process-wide and reads its instance and
 precision from the environment.
 
@@ -53,20 +55,24 @@ def _step(kind: str, shape, optimizer: str) -> dict:
     from trnsim.runtime.xla.report import step_report
 
     device = xm.xla_device()
-    module = (build_layer if kind == "layer" else build_head)(shape).to(device)
+    with torch.device("meta"):  # shapes only (see `main`): no weight is ever allocated
+        module = (build_layer if kind == "layer" else build_head)(shape)
+    module = module.to(device)
     opt_cls = getattr(torch.optim, _OPTIMIZERS[optimizer])
     opt = opt_cls(module.parameters(), lr=1e-4, **({"momentum": 0.9} if optimizer == "sgd"
                                                     else {}))
     b, s, h = shape.micro_batch, shape.seq, shape.hidden
-    g = torch.Generator().manual_seed(0)
+
+    def data(*size, dtype=torch.float32):
+        return torch.empty(size, dtype=dtype, device="meta").to(device)
+
     if kind == "layer":
-        x = torch.randn(b, s, h, generator=g).to(device).requires_grad_(True)
+        x = data(b, s, h).requires_grad_(True)
         loss = module(x).float().pow(2).mean()
     else:
-        ids = torch.randint(0, shape.vocab, (b, s), generator=g).to(device)
-        labels = torch.randint(0, shape.vocab, (b, s), generator=g).to(device)
-        hidden = torch.randn(b, s, h, generator=g).to(device).requires_grad_(True)
-        upstream = torch.randn(b, s, h, generator=g).to(device)
+        ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
+        hidden = data(b, s, h).requires_grad_(True)
+        upstream = data(b, s, h)
         loss = module(ids, hidden, labels, upstream)
     loss.backward()
     xm.optimizer_step(opt)
@@ -139,13 +145,14 @@ def main() -> None:
     os.environ.pop("TRNSIM_XLA_SIMULATED_WORLD", None)
     if request["precision"] in ("bf16", "mixed"):
         os.environ["XLA_USE_BF16"] = "1"
-    # Only the step's timing is kept: the host's eager values may round to nearest even, which
-    # no instruction's cost depends on (stochastic rounding enters values, not times), instead
-    # of drawing a Philox number per element of every optimizer update (most of a 70B head
-    # shard's measuring time went there).
-    from trnsim.numerics.cast import ROUNDING_ENV
+    # Only the step's timing is kept, and no instruction's cost depends on a value: the lazy
+    # device records shapes and dtypes only (meta tensors), so a 70B layer or LM-head shard at
+    # any sequence length is timed with host memory for its graph and programs, never for its
+    # weights, activations or optimizer state (tens of GB at TP8, seq 2048).
+    from trnsim.runtime.xla.device import DEVICE, VALUES_ENV
 
-    os.environ[ROUNDING_ENV] = "0"
+    os.environ[VALUES_ENV] = "shapes"
+    DEVICE.shapes_only = True  # the device was made on import, before the variable was set
     from trnsim.perf.scale.layer import HeadShape, LayerShape
     from trnsim.runtime.compile import write_json
     from trnsim.runtime.xla import api

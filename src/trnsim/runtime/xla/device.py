@@ -29,8 +29,9 @@ from trnsim.runtime.xla.lazy import (
 from trnsim.runtime.xla.metrics import METRICS
 
 aten = torch.ops.aten
-VALUES_ENV = "TRNSIM_XLA_VALUES"  # "simulated": see `LazyDevice.simulated_values`
+VALUES_ENV = "TRNSIM_XLA_VALUES"  # "simulated" / "shapes": see `LazyDevice.__init__`
 CPU = torch.device("cpu")
+META = torch.device("meta")
 
 
 def _is_xla(device: Any) -> bool:
@@ -59,6 +60,15 @@ class LazyDevice:
         self.simulated_values = os.environ.get(VALUES_ENV) == "simulated"
         if self.simulated_values:
             self.keep_values = True
+        # timing only: device tensors hold meta tensors (a shape and a dtype, no storage), so
+        # every op is recorded and timed but no value is computed, and a step of any size
+        # needs host memory for its graph only (the planner measures layers of 70B+ models so)
+        self.shapes_only = os.environ.get(VALUES_ENV) == "shapes"
+
+    @property
+    def host(self) -> torch.device:
+        """Where the device's values live on the host: CPU, or nowhere (meta) in shapes mode."""
+        return META if self.shapes_only else CPU
 
     def note_factory(self) -> None:
         from trnsim.runtime.xla.metrics import METRICS
@@ -68,19 +78,25 @@ class LazyDevice:
     # --- recording ----------------------------------------------------------------------------
     def dispatch(self, func, args: tuple, kwargs: dict) -> Any:
         if func is aten._local_scalar_dense.default:
+            self._readable(".item()")
             self.sync([args[0]], ".item()", user_source(3))
             return args[0].value.item()
         if func is aten._to_copy.default and not _is_xla(kwargs.get("device", "xla")):
+            self._readable(".cpu()")
             self.sync([args[0]], ".cpu()", user_source(3))
             return func(unwrap(args[0]), **kwargs)
         if func in (aten.copy_.default,) and not isinstance(args[0], XlaTensor):
+            self._readable(".copy_ to host")
             self.sync([args[1]], ".copy_ to host", user_source(3))
             return func(args[0], unwrap(args[1]), **kwargs)
+        if func is aten.equal.default:
+            self._readable("torch.equal")
         if func is aten.is_same_size.default or func is aten.equal.default:
             return func(*unwrap(args), **unwrap(kwargs))
-        host_kwargs = {k: (CPU if k == "device" and _is_xla(v) else v) for k, v in kwargs.items()}
+        host = self.host
+        host_kwargs = {k: (host if k == "device" and _is_xla(v) else v) for k, v in kwargs.items()}
         raw_args, raw_kwargs = unwrap(args), unwrap(host_kwargs)
-        if self.precision is not None:
+        if self.precision is not None and not self.shapes_only:  # no values: nothing to round
             out = self.precision.run(func, raw_args, raw_kwargs)
         else:
             out = func(*raw_args, **raw_kwargs)
@@ -112,6 +128,10 @@ class LazyDevice:
             return XlaTensor(x, value)
 
         return tree_map(wrap, out)
+
+    def _readable(self, what: str) -> None:
+        if self.shapes_only:
+            raise ShapesOnlyError(what, user_source(4))
 
     # --- cutting ------------------------------------------------------------------------------
     def sync(self, tensors: list, why: str, source: str | None) -> StepGraph | None:
@@ -209,6 +229,15 @@ class MetaTensorError(UnsupportedError):
             source=source)
 
 
+class ShapesOnlyError(UnsupportedError):
+    """A host read of a device value under TRNSIM_XLA_VALUES=shapes, where none is computed."""
+
+    def __init__(self, what: str, source: str | None) -> None:
+        super().__init__(f"{what} reads a device value, but {VALUES_ENV}=shapes computes none "
+                         "(timing only: shapes and dtypes); unset it to compute values",
+                         source=source)
+
+
 DEVICE = LazyDevice()
 
 
@@ -216,11 +245,15 @@ def to_device(tensor: torch.Tensor, index: int = 0) -> XlaTensor:
     """A host tensor moved to the device: device data (a transfer, no graph)."""
     if isinstance(tensor, XlaTensor):
         return tensor
-    if tensor.is_meta:
-        raise MetaTensorError(tuple(tensor.shape), user_source(3))
     start = time.perf_counter()
-    value = tensor.detach().clone()
-    if DEVICE.precision is not None:
+    if DEVICE.shapes_only:  # a shape and a dtype: from the meta device, or from a host tensor
+        value = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype,
+                                    device=META)
+    elif tensor.is_meta:
+        raise MetaTensorError(tuple(tensor.shape), user_source(3))
+    else:
+        value = tensor.detach().clone()
+    if DEVICE.precision is not None and not DEVICE.shapes_only:
         value = DEVICE.precision.after_transfer(value)
     out = XlaTensor(value, None, index)
     METRICS.sample("TransferToDeviceTime", (time.perf_counter() - start) * 1e9)

@@ -119,13 +119,20 @@ def _register_factories() -> None:
     _LIBRARY = torch.library.Library("aten", "IMPL")
 
     def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-        return XlaTensor(torch.empty(size, dtype=dtype, memory_format=memory_format))
+        return XlaTensor(torch.empty(size, dtype=dtype, memory_format=memory_format,
+                                     device=_host()))
 
     def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-        return XlaTensor(torch.empty_strided(size, stride, dtype=dtype))
+        return XlaTensor(torch.empty_strided(size, stride, dtype=dtype, device=_host()))
 
     _LIBRARY.impl("empty.memory_format", empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", empty_strided, "PrivateUse1")
+
+
+def _host() -> torch.device:
+    from trnsim.runtime.xla.device import DEVICE
+
+    return DEVICE.host
 
 
 class XlaTensor(torch.Tensor):
@@ -147,6 +154,8 @@ class XlaTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None) -> str:
+        if self.value.is_meta:  # TRNSIM_XLA_VALUES=shapes: nothing to print but the type
+            return f"tensor(..., size={tuple(self.shape)}, dtype={self.dtype}, device='xla:0')"
         sync_for_host_read([self], "print")
         return f"{self.value!r}".replace("tensor(", "tensor(", 1)[:-1] + ", device='xla:0')" \
             if self.value.dim() else f"tensor({self.value.item()!r}, device='xla:0')"

@@ -50,7 +50,7 @@ class XlaDeviceMode(TorchFunctionMode):
         if "device" in kwargs and _xla(kwargs["device"]):
             from trnsim.runtime.xla.device import DEVICE, to_device
 
-            host = func(*args, **{**kwargs, "device": "cpu"})
+            host = func(*args, **{**kwargs, "device": DEVICE.host})
             if isinstance(host, torch.Tensor):
                 DEVICE.note_factory()
                 return to_device(host)
