@@ -172,3 +172,16 @@ def test_meta_weights_are_refused_by_name_and_train_once_materialised(lazy):
     assert "meta device" in text and "[4, 16]" in text and "to_empty" in text
     assert "lazy_semantics.py:" in text
     assert lazy["materialised_loss"] > 0
+
+
+def test_shapes_only_device_times_the_step_as_the_valued_one_and_refuses_reads(tmp_path):
+    (tmp_path / "values").mkdir()
+    (tmp_path / "shapes").mkdir()  # caches apart: the second run compiles and simulates too
+    valued = run_script(tmp_path / "values", str(SCRIPTS / "shapes_only.py"))
+    shapes = run_script(tmp_path / "shapes", str(SCRIPTS / "shapes_only.py"),
+                        TRNSIM_XLA_VALUES="shapes")
+    assert not valued["meta"] and valued["read"] == "ok"
+    assert shapes["meta"]  # no storage behind a device tensor
+    assert shapes["phase_ms"] == valued["phase_ms"]  # no instruction's cost reads a value
+    assert shapes["read"].startswith("ShapesOnlyError: .item() reads a device value")
+    assert "shapes_only.py:" in shapes["read"]
