@@ -85,3 +85,52 @@ def test_another_program_with_equal_instructions_skips_check_and_cost(monkeypatc
     # what a program decides (its on-chip tensors, its regions) is still its own
     program = tiled_matmul(256, 512, 1024)
     assert Planner(program.target).plan_program(program)[0].reads != ()
+
+
+def _barrier_program():
+    """One program both cores of a pair run (as a tensor-parallel plan's ranks share one)."""
+    from trnsim.isa import CoreBarrier, TensorScalar
+
+    from .helpers import builder
+
+    b = builder("v3", "rank")
+    shared = b.output("shared", (128, 64), "float32")
+    tile = b.tile((128, 64), "float32")
+    b.emit(TensorScalar(dst=tile, src=tile, op0="bypass", operand0=0.0))
+    b.emit(CoreBarrier(data=shared.block(), cores=(0, 1)))
+    b.emit(TensorScalar(dst=tile, src=tile, op0="add", operand0=1.0))
+    return b.build()
+
+
+def test_ranks_of_one_program_with_a_rendezvous_share_its_plans_and_not_its_times(monkeypatch):
+    program = _barrier_program()
+    apart = simulate_cores([copy.deepcopy(program), copy.deepcopy(program)], mode="timing",
+                           shared=["shared"])
+    calls = _count_plannings(monkeypatch)
+    together = simulate_cores([program, program], mode="timing", shared=["shared"])
+    again = simulate_cores([program, program], mode="timing", shared=["shared"])
+    assert len(calls) == 1  # planned once for both ranks of both runs
+    assert [_timeline(r) for r in together] == [_timeline(r) for r in apart] \
+        == [_timeline(r) for r in again]
+
+
+def test_a_register_addressed_program_is_planned_for_each_run(monkeypatch):
+    from trnsim.isa import Branch, Jump, RegisterAddressed, RegisterAlu, RegisterMove, RegisterOffset
+
+    from .helpers import builder
+
+    b = builder("v3")
+    x = b.input("x", (4, 16), "float32")
+    row = b.tile((1, 16), "float32")
+    b.emit(RegisterMove(dst=0, src=0))
+    b.emit(Branch(a="r0", cmp="greater_equal", b=4, target=5))
+    b.emit(RegisterAddressed(inner=DmaCopy(dst=row, src=x.block((0, 0), (1, 16))),
+                             offsets=(RegisterOffset("src", 0, 16 * 4),)))
+    b.emit(RegisterAlu(dst=0, op="add", a="r0", b=1))
+    b.emit(Jump(target=1))
+    program = b.build()
+    calls = _count_plannings(monkeypatch)
+    first = simulate(program, mode="timing")
+    second = simulate(program, mode="timing")
+    assert len(calls) == 2  # its concrete rows are planned as it runs: a shared planner would grow
+    assert _timeline(first) == _timeline(second)

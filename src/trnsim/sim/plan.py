@@ -118,6 +118,9 @@ class Planner:
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
         self.has_kinds = False
+        # seen a register-addressed one (KIND "dynamic"): its concrete instructions are planned
+        # as the program runs, so this planner grows with each run (`planned` keeps none such)
+        self.has_dynamic = False
 
     def plan_program(self, program: Program) -> list[Plan]:
         """One plan per instruction, in program order; raises the first legality error."""
@@ -164,8 +167,10 @@ class Planner:
         """check=False for instructions their front end checked, on this core, when it emitted
         them. `key`: the instruction's `key`, under which its `InstructionFacts` are kept
         process-wide once checked (None: not hashable)."""
-        if getattr(type(ins), "KIND", ""):
+        kind = getattr(type(ins), "KIND", "")
+        if kind:
             self.has_kinds = True
+            self.has_dynamic = self.has_dynamic or kind == "dynamic"
         facts = self._facts.get(key) if key is not None else None
         if facts is None and check:
             ins.check(self.core)
@@ -243,8 +248,11 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     while it lives: the copies of a model on a chip's cores, and its later runs (latency, then
     loaded throughput), share them. Plans and region geometry are pure functions of the
     instructions, their tensors and the core; each run keeps its own times (`CoreScheduler`).
-    A program with control flow, register-addressed operands or rendezvous is planned afresh for
-    each run, since it meets new instructions while it runs."""
+    So do the tensor-parallel ranks of a plan, which run one program object: its collectives'
+    rendezvous and its branches are planned with the rest, and each rank's registers and
+    program counter live in its own run (`trnsim.sim.chip.CoreRun`). Only a program with
+    register-addressed operands is planned afresh for each run: it meets new (concrete)
+    instructions while it runs, and they would grow a shared planner."""
     key = id(program)
     found = _PLANNED.get(key)
     if found is not None and found.fits(core, program):
@@ -252,7 +260,7 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     planner = Planner(core)
     plans = planner.plan_program(program)
     planner.forget_program()
-    if not planner.has_kinds:
+    if not planner.has_dynamic:
         if key not in _PLANNED:
             weakref.finalize(program, _PLANNED.pop, key, None)
         _PLANNED[key] = _Planned(core, program, planner, plans)
