@@ -225,7 +225,7 @@ class MetaTensorError(UnsupportedError):
             f"moving a tensor of shape {list(shape)} from the meta device to the xla device: "
             "it has no values (weights built on the meta device / init_empty_weights). "
             "Materialise the model first: model.to_empty(device=device) and initialise it "
-            "(or load its weights); to time a zoo model without values use `trnsim train`",
+            f"(or load its weights), or set {VALUES_ENV}=shapes to time the step without values",
             source=source)
 
 
