@@ -2,8 +2,9 @@
 
 search (issue #22's target): `--search` over Llama-3-70B's layouts on 32 trn1n.32xlarge nodes,
 in-process and on a local Ray, on a warm per-shape timing cache. The first pass fills the caches
-(each distinct layer and head shape simulated once on the training path, each collective
-simulated once) and is reported apart as `cold_s`; the timed passes then run warm. Both
+(each distinct layer and head shape simulated once on the training path, timing only, each
+collective simulated once) and is reported apart as `cold_s`, with the peak resident memory of
+the measuring process (`cold_child_peak_rss_mb`); the timed passes then run warm. Both
 backends must return the same plans in the same order (`identical`). `ray_start_s` is the part
 of `ray_s` spent starting the local Ray (ray.init), which a `--ray-address` cluster does not pay.
 
@@ -37,10 +38,13 @@ def search_section(args) -> dict:
     start = time.perf_counter()
     search(model, system, work, backend="in-process", **options)
     cold = time.perf_counter() - start
+    # the largest child so far: the measuring process (shapes only: host memory for its graph)
+    child_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     local = search(model, system, work, backend="in-process", **options)
     out = {"model": model.name, "system": system.label(), "seq": args.seq,
            "layouts_evaluated": local.evaluated, "layouts_fitting": local.fitting,
-           "cold_s": cold, "in_process_s": local.seconds,
+           "cold_s": cold, "cold_child_peak_rss_mb": child_rss_mb,
+           "in_process_s": local.seconds,
            "best": local.plans[0].to_dict() if local.plans else None}
     if not args.no_ray:
         try:
