@@ -114,6 +114,22 @@ def test_ranks_of_one_program_with_a_rendezvous_share_its_plans_and_not_its_time
         == [_timeline(r) for r in again]
 
 
+def test_rank_programs_over_one_instruction_list_share_its_plans(monkeypatch):
+    """A tensor-parallel rank's program is its own object (its shard of the weights) over the
+    plan's instruction list (`shard_program`); the ranks plan it once."""
+    import dataclasses
+
+    program = _barrier_program()
+    ranks = [program, dataclasses.replace(program, tensors=dict(program.tensors))]
+    assert ranks[1] is not program and ranks[1].instructions is program.instructions
+    calls = _count_plannings(monkeypatch)
+    runs = simulate_cores(ranks, mode="timing", shared=["shared"])
+    assert len(calls) == 1
+    apart = simulate_cores([copy.deepcopy(program), copy.deepcopy(program)], mode="timing",
+                           shared=["shared"])
+    assert [_timeline(r) for r in runs] == [_timeline(r) for r in apart]
+
+
 def test_a_register_addressed_program_is_planned_for_each_run(monkeypatch):
     from trnsim.isa import Branch, Jump, RegisterAddressed, RegisterAlu, RegisterMove, RegisterOffset
 

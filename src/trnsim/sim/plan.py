@@ -235,7 +235,11 @@ class _Planned:
                 and _tensor_signature(program) == self.tensors)
 
 
-_PLANNED: dict[int, _Planned] = {}  # id(program) -> its plans on the core it last ran on
+# id(program.instructions) -> the plans of the program that last ran that list, on its core.
+# Keyed on the instruction list, not the program: a tensor-parallel rank's program is its own
+# object (its shard of the weights, `sim.execution_plan.shard_program`) over the same list, and
+# plans do not read tensor data. `_Planned.fits` checks instructions, tensors and core.
+_PLANNED: dict[int, _Planned] = {}
 
 
 def _tensor_signature(program: Program) -> tuple:
@@ -244,16 +248,17 @@ def _tensor_signature(program: Program) -> tuple:
 
 
 def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
-    """The planner and plans of `program` on `core`, planned once per program object and kept
-    while it lives: the copies of a model on a chip's cores, and its later runs (latency, then
-    loaded throughput), share them. Plans and region geometry are pure functions of the
-    instructions, their tensors and the core; each run keeps its own times (`CoreScheduler`).
-    So do the tensor-parallel ranks of a plan, which run one program object: its collectives'
-    rendezvous and its branches are planned with the rest, and each rank's registers and
-    program counter live in its own run (`trnsim.sim.chip.CoreRun`). Only a program with
-    register-addressed operands is planned afresh for each run: it meets new (concrete)
-    instructions while it runs, and they would grow a shared planner."""
-    key = id(program)
+    """The planner and plans of `program` on `core`, planned once per instruction list and kept
+    while a program over it lives: the copies of a model on a chip's cores, and its later runs
+    (latency, then loaded throughput), share them. Plans and region geometry are pure functions
+    of the instructions, their tensors' shapes and the core; each run keeps its own times
+    (`CoreScheduler`). So do the tensor-parallel ranks of a plan (their programs share one
+    instruction list, each with its shard's weights): collectives' rendezvous and branches are
+    planned with the rest, and each rank's registers and program counter live in its own run
+    (`trnsim.sim.chip.CoreRun`). Only a program with register-addressed operands is planned
+    afresh for each run: it meets new (concrete) instructions while it runs, and they would
+    grow a shared planner."""
+    key = id(program.instructions)
     found = _PLANNED.get(key)
     if found is not None and found.fits(core, program):
         return found.planner, found.plans
@@ -272,7 +277,7 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
     compiled loop (`trnsim.sim.compiled`), kept beside the plans `planned` keeps."""
     from trnsim.sim.compiled import PlanArrays
 
-    found = _PLANNED.get(id(program))
+    found = _PLANNED.get(id(program.instructions))
     if found is not None and found.plans is plans and found.arrays is not None:
         return found.arrays
     arrays = (PlanArrays(planner.distinct), np.fromiter((p.uid for p in plans), np.int64, len(plans)))
