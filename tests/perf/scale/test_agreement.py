@@ -64,10 +64,10 @@ def test_data_parallel_plan_matches_the_training_paths_dp_step(tmp_path, monkeyp
     model = from_config(TINY_LLAMA, "tiny-llama")
     plan = plan_training(model, parse_system("trn1.32xlarge"), parse_layout(f"DP{world}"),
                          Training(seq, micro * world, micro, "bf16"))
-    # the same job: throughput within 25% (the planner's layer and head modules are not the
-    # Hugging Face model's graph); the gradient all-reduce is the training path's own timing of
-    # it (its "collectives" phase also holds the 1/world scaling kernels)
-    assert plan.sequences_per_s == pytest.approx(measured["throughput_per_s"], rel=0.25)
+    # the same job: throughput within 15% (9% today: the planner's layer and head modules are
+    # not the Hugging Face model's graph); the gradient all-reduce is the training path's own
+    # timing of it (its "collectives" phase also holds the 1/world scaling kernels)
+    assert plan.sequences_per_s == pytest.approx(measured["throughput_per_s"], rel=0.15)
     from trnsim.runtime.xla.collective import all_reduce_ns
 
     grad_bytes = plan.memory["gradients_bytes"]
