@@ -19,7 +19,9 @@ with torch.device("meta" if shapes else "cpu"):
 model = model.to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 x = torch.randn(8, 64).to(device)  # a host tensor moved: only its shape travels when shapes only
-loss = model(x).pow(2).mean()
+scale = torch.ones(64).to(device)
+# a device tensor moved to the device again (Hugging Face's rotary embedding does this)
+loss = (model(x) * scale.to(device=x.device, dtype=torch.float)).pow(2).mean()
 loss.backward()
 xm.optimizer_step(optimizer)
 xm.mark_step()

@@ -50,6 +50,11 @@ class XlaDeviceMode(TorchFunctionMode):
         if "device" in kwargs and _xla(kwargs["device"]):
             from trnsim.runtime.xla.device import DEVICE, to_device
 
+            if DEVICE.shapes_only and args and isinstance(args[0], XlaTensor):
+                # `t.to(device=xla, dtype=...)` of a device tensor: with values, a host copy
+                # (a sync) moved back as device data; shapes only, the same on its shape
+                DEVICE.sync([args[0]], ".cpu()", None)
+                args = (args[0].value, *args[1:])
             host = func(*args, **{**kwargs, "device": DEVICE.host})
             if isinstance(host, torch.Tensor):
                 DEVICE.note_factory()
