@@ -4,6 +4,7 @@ computed again from unchanged inputs is kept, not recomputed (trnsim.nki.invaria
 
 import numpy as np
 
+from trnsim import hardware
 from trnsim.nki import jit as legacy_jit
 from trnsim.nki import language as legacy_nl
 from trnsim.nki.current import Kernel as CurrentKernel
@@ -135,8 +136,6 @@ def test_a_partition_broadcast_is_read_from_psum_without_a_copy(rng):
     assert len(_opcodes(kernel, "Memset")) == 1  # the row of ones, once per kernel
     assert len(_opcodes(kernel, "MultiplyMoving")) == STEPS
     # one PSUM input: N VectorE cycles, not 2N (nki.isa.tensor_tensor cost table)
-    from trnsim import hardware
-
     clock = hardware.core("trn1").vector.clock_hz
     assert all(abs(r.busy_ns - FREE * 1e9 / clock) < 1e-6 for r in multiplies)
 

@@ -34,7 +34,7 @@ def emit_once(trace: Trace, result: Tile, inputs: tuple[Tile, ...], cls: type[In
     """Emit the instruction writing the tile `result` (its ``dst``) from `inputs`, unless the same
     result is still held in a tile: then `result` becomes that tile (its own bytes are freed)
     and nothing is emitted."""
-    dst = result
+    dst = result  # (`fields` holds its access pattern as ``dst``)
     key = _key(trace, dst, inputs, fields)
     key = None if key is None else (cls.__name__, *key)
     held = trace.invariants.get(key) if key is not None else None
@@ -53,12 +53,24 @@ def emit_once(trace: Trace, result: Tile, inputs: tuple[Tile, ...], cls: type[In
         return
     storage = dst._storage
     trace.invariants[key] = (dst, trace.write_versions.get(storage.name))
+    if len(trace.invariants) >= max(_PRUNE_AT, trace.invariants_prune_at):
+        _prune(trace)
     depth = max((len(t._storage.scope) for t in inputs), default=0)
     for scope in trace.scopes[depth:]:  # kept, like a hoisted result, while its inputs live
         if storage in scope.tiles:
             scope.tiles.remove(storage)
             if depth:
                 trace.scopes[depth - 1].tiles.append(storage)
+
+
+_PRUNE_AT = 4096  # results held before those whose tiles were freed are dropped
+
+
+def _prune(trace: Trace) -> None:
+    """Forget results whose tiles are gone (a long trace would otherwise keep them all)."""
+    for key in [k for k, (tile, _) in trace.invariants.items() if tile._storage.freed]:
+        del trace.invariants[key]
+    trace.invariants_prune_at = 2 * len(trace.invariants)  # amortised O(1) per result
 
 
 def _key(trace: Trace, dst: Tile, inputs: tuple[Tile, ...], fields: dict) -> tuple | None:

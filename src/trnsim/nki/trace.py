@@ -213,6 +213,7 @@ class Trace:
         # written (a result is reusable while its inputs' and its own counts stand)
         self.invariants: dict[tuple, tuple[Tile, int | None]] = {}
         self.write_versions: dict[str, int] = {}
+        self.invariants_prune_at = 0  # when to drop results whose tiles were freed
         self.label: str | None = None
         self.source: str | None = None
         self.kernel_file: str | None = None  # the traced function's file (see `user_location`)
