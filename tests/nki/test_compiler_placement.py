@@ -11,7 +11,7 @@ from trnsim.nki.current import Kernel as CurrentKernel
 from trnsim.nki.current import isa as nisa
 from trnsim.nki.current import language as nl
 
-STEPS, FREE = 4, 512
+STEPS, FREE = 3, 256
 
 
 def _records(kernel):
@@ -147,3 +147,34 @@ def test_a_broadcast_meeting_the_kernels_own_psum_operand_is_staged(rng):
     np.testing.assert_array_equal(kernel(x, rows), np.stack([x * r for r in rows]))
     copies = _opcodes(kernel, "TensorCopy")
     assert len(copies) == 1 + STEPS  # the kernel's copy into PSUM, one staging copy per step
+
+
+def test_more_live_broadcasts_than_psum_holds_still_run(rng):
+    """Twelve [128, 512] fp32 broadcasts live at once (PSUM holds eight such banks), next to the
+    kernel's own PSUM accumulator: the ones that do not fit go to SBUF; the result is exact."""
+    count = 12
+
+    def kernel(x, rows):
+        out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.psum)
+        x_t = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t, src=x)
+        nisa.tensor_copy(dst=acc, src=x_t)
+        wide = []
+        for i in range(count):
+            row = nl.ndarray((1, 512), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=row, src=rows[i:i + 1, :])
+            wide.append(nl.broadcast_to(row, (128, 512)))
+        total = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=total, src=acc)
+        for w in wide:
+            nisa.tensor_tensor(dst=total, data1=total, data2=w, op=nl.add)
+        nisa.dma_copy(dst=out, src=total)
+        return out
+
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    rows = rng.standard_normal((count, 512)).astype(np.float32)
+    expected = x.copy()
+    for r in rows:
+        expected = expected + r
+    np.testing.assert_array_equal(CurrentKernel(kernel, platform_target="trn1")(x, rows), expected)

@@ -222,7 +222,29 @@ def trace_fitting_sbuf(trace_with: Callable):
     again freeing each after its last use (the compiler's liveness-based allocation; the last
     uses come from a probe trace with unbounded SBUF); if that still does not fit, trace once
     more spilling tiles to HBM and reloading them (`trnsim.nki.spill`). Both NKI front ends
-    trace through here."""
+    trace through here.
+
+    If PSUM still runs out, all of that is tried once more with the partition broadcasts the
+    compiler would keep in PSUM copied to SBUF instead (the kernel's own PSUM tiles come first);
+    a kernel whose own PSUM tiles do not fit gets the error of that last attempt."""
+    try:
+        return _trace_fitting(trace_with)
+    except LimitExceededError as error:
+        if "psum allocation" not in str(error):
+            raise
+
+    def without_compiler_psum(prepare):
+        def prepare_each(i: int, trace: Trace) -> None:
+            trace.compiler_psum_allowed = False
+            if prepare is not None:
+                prepare(i, trace)
+        return prepare_each
+
+    return _trace_fitting(lambda prepare: trace_with(without_compiler_psum(prepare)))
+
+
+def _trace_fitting(trace_with: Callable):
+    """`trace_fitting_sbuf`'s three attempts: loop-scoped, liveness-based, spilling."""
     try:
         return trace_with(None)
     except LimitExceededError as error:

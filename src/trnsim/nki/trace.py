@@ -208,6 +208,7 @@ class Trace:
         # PSUM tiles the compiler chose to hold a result in (not the kernel): an instruction that
         # may not read two PSUM inputs gets one of these staged to SBUF (`legalise.staged`)
         self.compiler_psum: set[str] = set()
+        self.compiler_psum_allowed = True  # False: such results go to SBUF (`jit.trace_fitting_sbuf`)
         self.constants: dict[tuple, Tile] = {}  # tiles the compiler makes once per kernel
         # results kept for reuse (`trnsim.nki.invariant`) and how often each on-chip tile was
         # written (a result is reusable while its inputs' and its own counts stand)

@@ -170,7 +170,8 @@ def broadcast_to(src, shape, **kwargs) -> Tile:
                 trace.emit_now(TensorCopy, dst=dst[:, start:start + n].access(), src=staged.access())
                 trace.release(staged)
 
-    in_psum = (src.shape[0] == 1 and shape[0] > 1 and len(shape) == 2 and trace.core.partitions > 1
+    in_psum = (trace.compiler_psum_allowed and src.shape[0] == 1 and shape[0] > 1
+               and len(shape) == 2 and trace.core.partitions > 1
                and as_dtype(src.dtype_spec).name == "float32"
                and shape[1] <= trace.core.max_free_elements_psum
                and shape[1] * 4 <= trace.core.psum_bytes_per_partition)
