@@ -239,7 +239,18 @@ def streaming_cost(core: CoreSpec, engine: Engine, n: int, *, factor: float = 1.
     """The Vector/Scalar/GpSimd cost formula (hardware.md section 6), in one place.
 
     busy = max(MIN_II, factor * N / (rate * speedup) [x2 if strided]) + extra cycles;
-    latency = busy + static overhead + access set-up per SBUF/PSUM operand.
+    latency = busy + static overhead + the part of the access set-ups (per SBUF/PSUM operand)
+    longer than busy.
+
+    The latency is what a dependent instruction waits for. The arch guide adds "a static
+    instruction overhead of 100 engine cycles" to a VectorE instruction whose predecessor
+    produced its input, and says engines "typically hide some of" the ~60-cycle access set-up
+    "through instruction level parallelism" (nki/guides/architecture/trainium_inferentia2_arch.rst):
+    the set-ups overlap the streaming, so they show only in short instructions. Checks: a long
+    dependent VectorE chain pays ~100 cycles an instruction (the fused Mamba tutorial's
+    ``mamba_v2``: ~3.5k VectorE cycles per 3.1k of streaming over four dependent instructions);
+    dependent one-element ScalarE activations issue every 64 + 100 + 56 = 220 cycles (measured:
+    264, nki/deep-dives/nki_perf_guide.rst).
     """
     spec = engine_spec(core, engine)
     costs = core.costs
@@ -248,7 +259,8 @@ def streaming_cost(core: CoreSpec, engine: Engine, n: int, *, factor: float = 1.
         stream *= costs.strided_rate_divisor
     floor = costs.min_ii_cycles if min_ii_cycles is None else min_ii_cycles
     busy = max(floor, stream) + extra_cycles
-    latency = busy + costs.static_overhead_cycles + costs.access_setup_cycles * accesses
+    exposed_setup = max(0.0, costs.access_setup_cycles * accesses - busy)
+    latency = busy + costs.static_overhead_cycles + exposed_setup
     return Cost(cycles_to_ns(busy, spec.clock_hz), cycles_to_ns(latency, spec.clock_hz))
 
 

@@ -83,10 +83,12 @@ class Activation(Instruction):
 
 
 def activation_cost(ins, core) -> Cost:
-    """ScalarE streams src once; an accumulated reduction adds one issue interval."""
+    """ScalarE streams src once; an accumulated reduction adds one issue interval. Each scale or
+    bias tile is one more SBUF/PSUM access to set up (the latency of short activations)."""
     extra = core.costs.min_ii_cycles if ins.reduce_dst is not None else 0
+    accesses = 2 + len(operand_aps(getattr(ins, "scale", None), getattr(ins, "bias", None)))
     return streaming_cost(core, ins.engine, ins.src.free_size, extra_cycles=extra,
-                          strided=is_strided(core, ins.src, ins.dst))
+                          strided=is_strided(core, ins.src, ins.dst), accesses=accesses)
 
 
 _ACTIVATE2_PAIRS = (("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"),

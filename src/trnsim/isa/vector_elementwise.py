@@ -87,6 +87,9 @@ def _perf_speedup(core, engine: Engine, kind: str, *aps: AccessPattern) -> float
 class _Elementwise(Instruction):
     """Shared pieces: one dst, a main input `src` whose free size is the cost's N."""
 
+    # the two input fields that may not both be in PSUM (one read port per engine side), if any
+    ONE_PSUM_INPUT: ClassVar[tuple[str, str] | None] = None
+
     def _check_free_size(self, core, ap: AccessPattern) -> None:
         limit = core.max_free_elements_psum if ap.memory is Memory.PSUM else core.max_free_elements_sbuf
         self.limit("free size", ap.free_size, limit, core)
@@ -102,6 +105,7 @@ class TensorTensor(_Elementwise):
     every tile is int32/uint32; `exact_int`: see trnsim.isa.integers)."""
 
     OPCODE: ClassVar[str] = "TensorTensor"
+    ONE_PSUM_INPUT: ClassVar[tuple[str, str] | None] = ("in0", "in1")
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR, Engine.GPSIMD)
 
     dst: AccessPattern
@@ -283,6 +287,7 @@ class ScalarTensorTensor(_Elementwise):
     """dst = (src op0 operand0) op1 in1, with operand0 a scalar or [P, 1] tile."""
 
     OPCODE: ClassVar[str] = "ScalarTensorTensor"
+    ONE_PSUM_INPUT: ClassVar[tuple[str, str] | None] = ("src", "in1")
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR, Engine.GPSIMD)
 
     dst: AccessPattern
@@ -392,6 +397,7 @@ class TensorCopyPredicated(_Elementwise):
     """dst[i] = src[i] where predicate[i] != 0 (reversed with `reverse`); elsewhere dst is kept."""
 
     OPCODE: ClassVar[str] = "TensorCopyPredicated"
+    ONE_PSUM_INPUT: ClassVar[tuple[str, str] | None] = ("src", "predicate")
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
 
     dst: AccessPattern
@@ -471,6 +477,7 @@ class TensorTensorScan(_Elementwise):
     """Per partition: out[i] = op1(op0(in0[i], out[i-1]), in1[i]), out[-1] = initial."""
 
     OPCODE: ClassVar[str] = "TensorTensorScan"
+    ONE_PSUM_INPUT: ClassVar[tuple[str, str] | None] = ("in0", "in1")
     ENGINES: ClassVar[tuple[Engine, ...]] = (Engine.VECTOR,)
 
     dst: AccessPattern

@@ -218,14 +218,37 @@ class Kernel:
 
 def trace_fitting_sbuf(trace_with: Callable):
     """Trace (``trace_with(prepare)``, `prepare(i, trace)` called on each core's new trace) with
-    SBUF tiles freed when their loop iteration ends; if they do not fit, trace again freeing each
-    after its last use (the compiler's liveness-based allocation; the last uses come from a probe
-    trace with unbounded SBUF); if that still does not fit, trace once more spilling tiles to HBM
-    and reloading them (`trnsim.nki.spill`). Both NKI front ends trace through here."""
+    SBUF tiles freed when their loop iteration ends; if they (or PSUM tiles) do not fit, trace
+    again freeing each after its last use (the compiler's liveness-based allocation; the last
+    uses come from a probe trace with unbounded SBUF); if that still does not fit, trace once
+    more spilling tiles to HBM and reloading them (`trnsim.nki.spill`). Both NKI front ends
+    trace through here.
+
+    If PSUM still runs out, all of that is tried once more with the partition broadcasts the
+    compiler would keep in PSUM copied to SBUF instead (the kernel's own PSUM tiles come first);
+    a kernel whose own PSUM tiles do not fit gets the error of that last attempt."""
+    try:
+        return _trace_fitting(trace_with)
+    except LimitExceededError as error:
+        if "psum allocation" not in str(error):
+            raise
+
+    def without_compiler_psum(prepare):
+        def prepare_each(i: int, trace: Trace) -> None:
+            trace.compiler_psum_allowed = False
+            if prepare is not None:
+                prepare(i, trace)
+        return prepare_each
+
+    return _trace_fitting(lambda prepare: trace_with(without_compiler_psum(prepare)))
+
+
+def _trace_fitting(trace_with: Callable):
+    """`trace_fitting_sbuf`'s three attempts: loop-scoped, liveness-based, spilling."""
     try:
         return trace_with(None)
     except LimitExceededError as error:
-        if "sbuf allocation" not in str(error):
+        if not _allocation_failure(error):
             raise
     probes: list[Trace] = []
     # the probe only collects last uses; the real trace reports what does not fit
@@ -241,15 +264,22 @@ def trace_fitting_sbuf(trace_with: Callable):
     try:
         return trace_with(lambda i, t: t.free_after_last_use(last_uses(i)))
     except LimitExceededError as error:
-        if "sbuf allocation" not in str(error):
+        if not _allocation_failure(error):
             raise
     # still too many live at once: spill to HBM and reload, as the compiler does (nki/spill.py)
     return trace_with(lambda i, t: (t.free_after_last_use(last_uses(i)), t.enable_spilling(uses(i))))
 
 
+def _allocation_failure(error: LimitExceededError) -> bool:
+    """SBUF, or PSUM (where the compiler may hold partition broadcasts: freed after their last
+    use once liveness is known), ran out."""
+    return "sbuf allocation" in str(error) or "psum allocation" in str(error)
+
+
 def _overcommit_sbuf(trace: Trace) -> None:
-    """A probe trace: SBUF tiles that do not fit overlap others (nothing is simulated)."""
+    """A probe trace: on-chip tiles that do not fit overlap others (nothing is simulated)."""
     trace.sbuf.overcommit = True
+    trace.psum.overcommit = True
 
 
 def tile_arguments(trace: Trace, arguments: dict) -> dict:

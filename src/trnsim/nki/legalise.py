@@ -41,8 +41,16 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
     can_read, can_write = ENGINE_MEMORIES.get(engine, (frozenset(), frozenset()))
     reads, writes = instruction.reads(), instruction.writes()
     before, after, changes, temps = [], [], {}, []
+    second_psum = _compiler_psum_to_stage(trace, instruction, fields)
+    if second_psum is not None:  # both inputs in PSUM because the compiler put one there
+        temp = _temporary(trace, fields[second_psum], Memory.SBUF)
+        temps.append(temp)
+        before.append(TensorCopy(dst=temp.ap, src=fields[second_psum], engine=_COPY_ENGINE))
+        changes[second_psum] = temp.ap
     for name, ap in fields.items():
         if not isinstance(ap, AccessPattern) or ap.memory is Memory.HBM:
+            continue
+        if name in changes:
             continue
         read, written = ap in reads, ap in writes
         if read and written:
@@ -80,6 +88,39 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
     for temp in temps:
         trace.release(temp.tile)
     return [*copies[:len(before)], main, *copies[len(before):]]
+
+
+def stage_compiler_psum(trace: Trace, cls: type[Instruction], fields: dict) -> dict:
+    """`fields` with a compiler-placed PSUM input staged to SBUF by a VectorE copy (emitted now)
+    where the instruction would otherwise read two PSUM inputs (see `_compiler_psum_to_stage`);
+    the current API's trace, which places no other staging copies, calls this."""
+    name = _compiler_psum_to_stage(trace, cls, fields)
+    if name is None:
+        return fields
+    temp = _temporary(trace, fields[name], Memory.SBUF)
+    copy = TensorCopy(dst=temp.ap, src=fields[name], engine=_COPY_ENGINE, source=trace.source,
+                      label=f"{trace.label or cls.__name__} (staging copy)")
+    copy.check(trace.core)
+    trace.note_accesses(copy)
+    trace.builder.emit(copy)
+    trace.release(temp.tile)
+    return {**fields, name: temp.ap}
+
+
+def _compiler_psum_to_stage(trace: Trace, instruction, fields: dict) -> str | None:
+    """The input field to copy to SBUF when an instruction that may read only one PSUM input
+    would read two, one of them a PSUM tile the compiler (not the kernel) chose (a partition
+    broadcast kept where TensorE wrote it); None otherwise (a kernel's own two PSUM inputs stay
+    an error of the instruction's check)."""
+    cls = instruction if isinstance(instruction, type) else type(instruction)
+    pair = getattr(cls, "ONE_PSUM_INPUT", None)
+    if pair is None:
+        return None
+    aps = [fields.get(name) for name in pair]
+    if not all(isinstance(ap, AccessPattern) and ap.memory is Memory.PSUM for ap in aps):
+        return None
+    chosen = [name for name, ap in zip(pair, aps, strict=True) if ap.tensor in trace.compiler_psum]
+    return chosen[-1] if chosen else None
 
 
 @dataclasses.dataclass

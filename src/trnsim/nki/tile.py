@@ -71,6 +71,9 @@ class Pending:
 
     emit: Callable[[Tile, bool], None]
     buffer: str  # where to materialise if never assigned: "sbuf" or "psum"
+    # where to materialise instead when `buffer` is "psum" and PSUM has no room for the tile (a
+    # placement the compiler chose, not the kernel: see `Trace.materialise`)
+    fallback: str | None = None
     tags: tuple[int | None, ...] = ()  # arange tags of the result axes, for masks on the destination
     matmul: bool = False  # `psum += pending` accumulates
     accumulate: bool = False  # set when placed by `+=` into a PSUM tile already holding a sum

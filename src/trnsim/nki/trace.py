@@ -205,6 +205,16 @@ class Trace:
         self.scopes: list[Scope] = []
         self._loop_placements: dict[tuple, tuple] = {}  # see loop_placement
         self.pending: Tile | None = None
+        # PSUM tiles the compiler chose to hold a result in (not the kernel): an instruction that
+        # may not read two PSUM inputs gets one of these staged to SBUF (`legalise.staged`)
+        self.compiler_psum: set[str] = set()
+        self.compiler_psum_allowed = True  # False: such results go to SBUF (`jit.trace_fitting_sbuf`)
+        self.constants: dict[tuple, Tile] = {}  # tiles the compiler makes once per kernel
+        # results kept for reuse (`trnsim.nki.invariant`) and how often each on-chip tile was
+        # written (a result is reusable while its inputs' and its own counts stand)
+        self.invariants: dict[tuple, tuple[Tile, int | None]] = {}
+        self.write_versions: dict[str, int] = {}
+        self.invariants_prune_at = 0  # when to drop results whose tiles were freed
         self.label: str | None = None
         self.source: str | None = None
         self.kernel_file: str | None = None  # the traced function's file (see `user_location`)
@@ -298,13 +308,15 @@ class Trace:
         return next(s for s in steps if type(s) is type(instruction) and s.label == instruction.label)
 
     def defer(self, shape: tuple[int, ...], dtype, emit: Callable[[Tile, bool], None], *,
-              buffer: str = "sbuf",
+              buffer: str = "sbuf", fallback: str | None = None,
               tags: tuple = (), matmul: bool = False) -> Tile:
-        """Return a pending tile whose instruction is emitted once its destination is known."""
+        """Return a pending tile whose instruction is emitted once its destination is known
+        (`fallback`: the buffer to use when `buffer` is a PSUM the tile does not fit in now)."""
         self.flush()
         axes = tuple(Axis(s) for s in shape)
         tile = self.tile_class(self, None, axes, as_dtype(dtype),
-                    pending=Pending(emit=emit, buffer=buffer, tags=tuple(tags), matmul=matmul),
+                    pending=Pending(emit=emit, buffer=buffer, fallback=fallback, tags=tuple(tags),
+                                    matmul=matmul),
                     name=f"{(self.label or 'tile').split('.')[-1]}_{next(self._tile_ids)}")
         tile._pending_source, tile._pending_label = self.source, self.label
         self.pending = tile
@@ -317,7 +329,15 @@ class Trace:
     def materialise(self, tile: Tile) -> None:
         if tile._pending is None:
             return
-        dst = self.allocate(tile.shape, tile.dtype_spec, tile._pending.buffer, name=tile.name)
+        buffer = tile._pending.buffer
+        if buffer == "psum" and tile._pending.fallback is not None:
+            free = prod(tile.shape[1:]) if len(tile.shape) > 1 else 1
+            if not self.psum.fits([free * as_dtype(tile.dtype_spec).itemsize]):
+                buffer = tile._pending.fallback
+        dst = self.allocate(tile.shape, tile.dtype_spec, buffer, name=tile.name)
+        if buffer == "psum" and tile._pending.fallback is not None:
+            self.compiler_psum.add(dst._storage.name)
+            self._track_sbuf(dst._storage)  # freed after its last use, as SBUF tiles are
         self._place(tile, dst)
 
     def _place(self, tile: Tile, dst: Tile) -> bool:
@@ -360,13 +380,21 @@ class Trace:
         for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
+                self.write_versions[ap.tensor] = self.write_versions.get(ap.tensor, 0) + 1
             if ap.memory is Memory.PSUM:
                 self._psum_spans.setdefault(ap.tensor, {})[_span(ap)] = None
 
     def _note_sbuf_uses(self, instruction: Instruction) -> None:
-        """Record the current call as the latest use of the SBUF tiles the instruction touches."""
-        for ap in (*instruction.reads(), *instruction.writes()):
-            if ap.memory is Memory.SBUF:
+        """Record the current call as the latest use of the SBUF tiles (and PSUM tiles the
+        compiler placed) the instruction touches."""
+        self.note_uses((*instruction.reads(), *instruction.writes()))
+
+    def note_uses(self, aps) -> None:
+        """Record the current call as the latest use of the tracked tiles of these operands (also
+        where a call reads a tile without an instruction: a reused result, `trnsim.nki.invariant`;
+        the tile must stay alive while the kernel names it)."""
+        for ap in aps:
+            if ap.memory is not Memory.HBM:
                 serial = self._sbuf_by_name.get(ap.tensor)
                 if serial is not None:
                     self.last_use[serial] = self.calls
@@ -554,7 +582,7 @@ class Trace:
         self.last_use.append(-1)
         self.uses.append([])
         self._sbuf_by_name[storage.name] = serial
-        if self.spiller is not None:
+        if self.spiller is not None and storage.memory is Memory.SBUF:
             self.spiller.track(storage, serial)
         if self._free_at is not None and serial < len(self._planned_last_use):
             last = self._planned_last_use[serial]

@@ -23,6 +23,7 @@ from trnsim.isa import (
     RegisterAddressed,
     RegisterOffset,
 )
+from trnsim.nki import legalise
 from trnsim.nki.current.tensor import NkiTensor
 from trnsim.nki.trace import Trace
 
@@ -66,6 +67,7 @@ class CurrentTrace(Trace):
                    if isinstance(value, AccessPattern) and value in self._register_offsets]
         skip = any(self._register_offsets[fields[o.field]][2] for o in offsets)
         self._register_offsets.clear()
+        fields = legalise.stage_compiler_psum(self, cls, fields)
         instruction = cls(source=self.source, label=self.label or "", **fields)
         instruction.check(self.core)
         self.note_accesses(instruction)

@@ -48,6 +48,7 @@ from trnsim.isa import (
     VectorTranspose,
     alu_op,
 )
+from trnsim.nki import invariant
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import current_trace
 
@@ -93,9 +94,15 @@ def transpose(dst: Tile, src: Tile, engine: str, predicate=None) -> None:
 def activation(dst: Tile, src: Tile, func: str, *, scale=1.0, bias=None, reduce_op=None,
                reduce_cmd: str = "idle", reduce_dst: Tile | None = None, predicate=None,
                tags=None) -> None:
-    emit(Activation, dst=access(dst, predicate, tags), src=access(src, predicate, tags), func=func,
-         scale=operand(scale, predicate), bias=operand(bias, predicate), reduce_op=op_name(reduce_op),
-         reduce_cmd=reduce_cmd, reduce_dst=reduce_dst.access() if reduce_dst is not None else None)
+    fields = dict(dst=access(dst, predicate, tags), src=access(src, predicate, tags), func=func,
+                  scale=operand(scale, predicate), bias=operand(bias, predicate),
+                  reduce_op=op_name(reduce_op), reduce_cmd=reduce_cmd,
+                  reduce_dst=reduce_dst.access() if reduce_dst is not None else None)
+    if predicate is None and reduce_op is None and reduce_dst is None and reduce_cmd == "idle":
+        inputs = (src, *(t for t in (scale, bias) if isinstance(t, Tile)))
+        invariant.emit_once(current_trace(), dst, inputs, Activation, **fields)
+    else:
+        emit(Activation, **fields)
 
 
 def tensor_reduce(dst: Tile, src: Tile, op, axes: tuple[int, ...], *, negate: bool = False,
@@ -114,8 +121,12 @@ def tensor_partition_reduce(dst: Tile, src: Tile, op, predicate=None) -> None:
 
 def tensor_tensor(dst: Tile, in0: Tile, in1: Tile, op, *, engine=None, predicate=None,
                   tags=None) -> None:
-    emit(TensorTensor, dst=access(dst, predicate, tags), in0=access(in0, predicate, tags),
-         in1=access(in1, predicate, tags), op=alu_op(op).name, engine=engine)
+    fields = dict(dst=access(dst, predicate, tags), in0=access(in0, predicate, tags),
+                  in1=access(in1, predicate, tags), op=alu_op(op).name, engine=engine)
+    if predicate is None:
+        invariant.emit_once(current_trace(), dst, (in0, in1), TensorTensor, **fields)
+    else:
+        emit(TensorTensor, **fields)
 
 
 def tensor_tensor_scan(dst: Tile, in0: Tile, in1: Tile, initial, op0, op1, *, reverse0=False,
@@ -136,12 +147,18 @@ def tensor_scalar(dst: Tile, src: Tile, op0, operand0, *, reverse0=False, op1=No
                   reverse1=False, engine=None, reduce_op=None, reduce_dst: Tile | None = None,
                   reduce_cmd: str = "reset_reduce", reduce_init=None, reduce_negate: bool = False,
                   predicate=None, tags=None) -> None:
-    emit(TensorScalar, dst=access(dst, predicate, tags), src=access(src, predicate, tags),
-         op0=alu_op(op0).name, operand0=operand(operand0, predicate), reverse0=reverse0,
-         op1=op_name(op1), operand1=operand(operand1, predicate), reverse1=reverse1, engine=engine,
-         reduce_op=op_name(reduce_op),
-         reduce_dst=reduce_dst.access() if reduce_dst is not None else None, reduce_cmd=reduce_cmd,
-         reduce_init=operand(reduce_init), reduce_negate=reduce_negate)
+    fields = dict(dst=access(dst, predicate, tags), src=access(src, predicate, tags),
+                  op0=alu_op(op0).name, operand0=operand(operand0, predicate), reverse0=reverse0,
+                  op1=op_name(op1), operand1=operand(operand1, predicate), reverse1=reverse1,
+                  engine=engine, reduce_op=op_name(reduce_op),
+                  reduce_dst=reduce_dst.access() if reduce_dst is not None else None,
+                  reduce_cmd=reduce_cmd, reduce_init=operand(reduce_init),
+                  reduce_negate=reduce_negate)
+    if predicate is None and reduce_op is None and reduce_dst is None:
+        inputs = (src, *(t for t in (operand0, operand1) if isinstance(t, Tile)))
+        invariant.emit_once(current_trace(), dst, inputs, TensorScalar, **fields)
+    else:
+        emit(TensorScalar, **fields)
 
 
 def tensor_copy(dst: Tile, src: Tile, *, engine=None, predicate=None, tags=None) -> None:

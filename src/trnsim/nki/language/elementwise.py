@@ -20,6 +20,7 @@ from trnsim.isa import (
     alu_op,
 )
 from trnsim.isa.vector_elementwise import NATIVE_INT_OPS
+from trnsim.nki import invariant
 from trnsim.nki.operands import is_scalar, mask_of, resolve_dtype, tile_arg, wider
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
@@ -78,9 +79,13 @@ def binary(op: str, x, y, *, dtype=None, mask=None, engine=None, exact_int=False
     tags = a.tags
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        trace.emit_now(TensorTensor, dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
-                       in1=b.access(predicate, tags), op=name,
-                       engine=engine or _engine_for(name, (a, b, dst), True), **extra)
+        fields = dict(dst=dst.access(predicate, tags), in0=a.access(predicate, tags),
+                      in1=b.access(predicate, tags), op=name,
+                      engine=engine or _engine_for(name, (a, b, dst), True), **extra)
+        if predicate is None:
+            invariant.emit_once(trace, dst, (a, b), TensorTensor, **fields)
+        else:
+            trace.emit_now(TensorTensor, **fields)
 
     return trace.defer(a.shape, result_dtype, emit, tags=tags)
 

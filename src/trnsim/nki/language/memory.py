@@ -19,6 +19,7 @@ from trnsim.nki.isa import lowering
 from trnsim.nki.operands import mask_of, resolve_dtype, tile_arg
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import api, current_trace
+from trnsim.numerics import dtype as as_dtype
 
 
 def _is_hbm(tile: Tile) -> bool:
@@ -127,7 +128,13 @@ def fill(dst: Tile, value: float) -> None:
 def broadcast_to(src, shape, **kwargs) -> Tile:
     """Broadcast along the free axes (a stride-0 copy) and/or from one partition to many (a
     TensorE matmul with a row of ones, the standard way to cross partitions: NKI's own
-    ``nc_matmul(ones, x, is_stationary_onezero=True)``, arch guide "Alternative Use Case")."""
+    ``nc_matmul(ones, x, is_stationary_onezero=True)``, arch guide "Alternative Use Case").
+
+    A partition broadcast left for the compiler to place stays in PSUM where TensorE wrote it
+    when it fits (fp32, at most PSUM's free size): Vector/ScalarE read one PSUM operand at no
+    cost beyond their SBUF rate (tensor_tensor is then N, not 2N, cycles: [L] nki.isa
+    tensor_tensor), so the compiler does not copy it to SBUF first. The row of ones is made
+    once per kernel (`ones_row`)."""
     src = tile_arg(src, "nl.broadcast_to source")
     shape = tuple(int(s) for s in shape)
     if len(shape) != len(src.shape) or any(s != t and s != 1 for s, t in zip(src.shape, shape, strict=True)):
@@ -144,24 +151,60 @@ def broadcast_to(src, shape, **kwargs) -> Tile:
             return
         if src.shape[0] != 1:
             raise InvalidArgumentError("nl.broadcast_to can broadcast the partition axis from size 1 only")
-        ones = trace.allocate((1, shape[0]), src.dtype_spec, "sbuf", name="ones")
-        trace.emit_now(Memset, dst=ones.access(), value=1.0)
-        trace.emit_now(LoadStationary, src=ones.access())
         flat_src = src.access()
         if flat_src.partitions != 1 or len(shape) != 2:
             raise InvalidArgumentError("partition broadcast takes a [1, F] tile")
+        ones = ones_row(trace, shape[0], src.dtype_spec)
+        trace.emit_now(LoadStationary, src=ones.access())
         width = trace.core.tensor.max_moving_free
+        direct = _matmul_writable(trace, dst, width)
         for start in range(0, shape[1], width):
             n = min(width, shape[1] - start)
-            staged = trace.allocate((shape[0], n), "float32", "psum", name="bcast")
+            staged = dst[:, start:start + n] if direct else \
+                trace.allocate((shape[0], n), "float32", "psum", name="bcast")
             moving = Tile(trace, src._storage, (Axis(1, 1, 0), Axis(n, 0, src._axes[1].fstep)),
                           src.dtype_spec, src._poffset, src._foffset + start * src._axes[1].fstep)
             trace.emit_now(MultiplyMoving, dst=staged.access(), moving=moving.access(),
                            stationary=ones.access(), stationary_onezero=True)
-            trace.emit_now(TensorCopy, dst=dst[:, start:start + n].access(), src=staged.access())
-            trace.release(staged)
+            if not direct:
+                trace.emit_now(TensorCopy, dst=dst[:, start:start + n].access(), src=staged.access())
+                trace.release(staged)
 
+    in_psum = (trace.compiler_psum_allowed and src.shape[0] == 1 and shape[0] > 1
+               and len(shape) == 2 and trace.core.partitions > 1
+               and as_dtype(src.dtype_spec).name == "float32"
+               and shape[1] <= trace.core.max_free_elements_psum
+               and shape[1] * 4 <= trace.core.psum_bytes_per_partition)
+    if in_psum:
+        return trace.defer(shape, src.dtype_spec, emit, buffer="psum", fallback="sbuf")
     return trace.defer(shape, src.dtype_spec, emit)
+
+
+def ones_row(trace, partitions: int, dtype) -> Tile:
+    """A [1, partitions] SBUF row of ones, the stationary of partition broadcasts: made once per
+    kernel (a compiler constant) and kept for the rest of it, not memset before every use."""
+    key = ("ones", partitions, as_dtype(dtype).name)
+    ones = trace.constants.get(key)
+    if ones is None or ones._storage.freed:
+        ones = trace.allocate((1, partitions), dtype, "sbuf", name="ones")
+        for scope in trace.scopes:  # a kernel-wide constant, not freed with a loop iteration
+            if ones._storage in scope.tiles:
+                scope.tiles.remove(ones._storage)
+        trace.emit_now(Memset, dst=ones.access(), value=1.0)
+        trace.constants[key] = ones
+    return trace.read_ready(ones)
+
+
+def _matmul_writable(trace, dst: Tile, width: int) -> bool:
+    """Can TensorE write the broadcast straight into `dst`: a dense fp32 PSUM tile whose every
+    `width`-column chunk lies within one PSUM bank (a matmul writes one bank)."""
+    ap = dst.access()
+    if ap.memory is not Memory.PSUM or ap.dtype.name != "float32" or not ap.is_contiguous:
+        return False
+    bank = trace.core.psum_bank_bytes_per_partition
+    lo, hi = ap.byte_span()
+    return all((lo + s * 4) // bank == (min(lo + (s + width) * 4, hi) - 1) // bank
+               for s in range(0, (hi - lo) // 4, width))
 
 
 @api("nl.atomic_rmw")
