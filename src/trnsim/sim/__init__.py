@@ -12,7 +12,8 @@
 Modules: `memory` (byte-addressed SBUF/PSUM/HBM), `state` (the ExecutionState instructions
 run against), `dependencies` (overlap tracking), `resources` (rate timelines, ports), `dma`
 (the DMA model), `scheduler` (list scheduling), `chip` (cores together), `profile`, `report`,
-`perfetto`, `run` (the entry points), `execution_plan`, `placement`.
+`perfetto`, `run` (the entry points), `execution_plan`, `placement`, `collector` (the cycle
+collector paused while a program is planned).
 """
 
 from trnsim.sim.chip import DEFAULT_CHIP, default_chip

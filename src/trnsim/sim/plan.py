@@ -31,6 +31,7 @@ import numpy as np
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
 from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
 from trnsim.isa.dma import DmaCopy, contiguous_run_bytes
+from trnsim.sim.collector import collector_paused
 from trnsim.sim.dependencies import RegionIndex
 from trnsim.sim.engines import STREAM_OF_ENGINE, TENSOR, TENSOR_LOAD
 
@@ -263,7 +264,8 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     if found is not None and found.fits(core, program):
         return found.planner, found.plans
     planner = Planner(core)
-    plans = planner.plan_program(program)
+    with collector_paused():  # see `trnsim.sim.collector`
+        plans = planner.plan_program(program)
     planner.forget_program()
     if not planner.has_dynamic:
         if key not in _PLANNED:
@@ -280,7 +282,9 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
     found = _PLANNED.get(id(program.instructions))
     if found is not None and found.plans is plans and found.arrays is not None:
         return found.arrays
-    arrays = (PlanArrays(planner.distinct), np.fromiter((p.uid for p in plans), np.int64, len(plans)))
+    with collector_paused():
+        columns = PlanArrays(planner.distinct)
+    arrays = (columns, np.fromiter((p.uid for p in plans), np.int64, len(plans)))
     if found is not None and found.plans is plans:
         found.arrays = arrays
     return arrays

@@ -10,10 +10,7 @@ one tensor per kernel result, and views that are strided access patterns into th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +31,7 @@ from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
 from trnsim.numerics import dtype as as_dtype
+from trnsim.sim.collector import collector_paused
 
 VIEWS = ("reshape", "permute", "expand", "slice")
 LEAVES = ("scalar", "full", "arange")
@@ -69,23 +67,10 @@ def lower(graph: Graph, core, *, name: str | None = None, lnc: int = 1) -> Lower
     """Trace every kernel of `graph` into one program for NeuronCore `core`; with `lnc=2`, into
     one program per physical core of a logical NeuronCore, each kernel split between them
     (`trnsim.compiler.lowering.lnc`)."""
-    with _collector_paused():
+    # the collector paused: see `trnsim.sim.collector` (on BERT-large it doubled the first
+    # lowering's time)
+    with collector_paused():
         return _Lowering(graph, core, name or graph.name, lnc).run()
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while lowering: a lowering allocates hundreds of thousands
-    of instructions and access patterns, none garbage, and each collection it triggers walks
-    every object of the process (a captured model's graph and weights included); on BERT-large
-    that doubled the first lowering's time. Cycles made meanwhile are collected afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Lowering:
