@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 FP32 = {"NEURON_CC_FLAGS": "--auto-cast none", "TRNSIM_XLA_TIMING": "off"}
 FAMILIES = ["linear", "matmul", "bmm", "elementwise", "gelu", "gelu_tanh", "tanh", "silu",
             "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "attention",
-            "sdpa", "reductions", "reshapes", "dropout", "conv_patch", "conv_strided",
-            "conv_dilated", "conv_grouped", "conv_depthwise", "conv_over_padded", "conv1d",
-            "conv_frozen_input", "layer_norm_frozen_input"]
+            "sdpa", "sdpa_full", "sdpa_grouped", "reductions", "reshapes", "dropout", "conv_patch",
+            "conv_strided", "conv_dilated", "conv_grouped", "conv_depthwise", "conv_over_padded",
+            "conv1d",            "conv_frozen_input", "layer_norm_frozen_input"]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,8 @@ def test_backward_matches_autograd_in_fp32(backward, family):
 
 def test_default_auto_cast_computes_matmul_gradients_in_bf16(tmp_path):
     errors = run_script(tmp_path, str(SCRIPTS / "backward_families.py"), "linear", "gelu",
-                        "conv_patch", "conv_strided", TRNSIM_XLA_TIMING="off")
-    for family in ("linear", "conv_patch", "conv_strided"):
+                        "conv_patch", "conv_strided", "sdpa_full", TRNSIM_XLA_TIMING="off")
+    for family in ("linear", "conv_patch", "conv_strided", "sdpa_full"):
         # bf16 operands (8 mantissa bits), fp32 accumulation
         assert 1e-5 < errors[family] < 2e-2, (family, errors[family])
     assert errors["gelu"] < 1e-5  # no matmul: fp32 throughout

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from trnsim.compiler.aten import TRANSLATIONS, Translator, aten
+from trnsim.compiler.aten_flash import FLASH
 from trnsim.compiler.ir import Node
 from trnsim.compiler.ops import norm_axis
 from trnsim.errors import UnsupportedError
@@ -201,4 +202,4 @@ def _embedding_clamped(cx: Translator, weight: Node, index: Node, *args: Any) ->
 # Translations that differ in a training graph (which reads what inference drops); the lazy
 # device's adapter looks here before `TRANSLATIONS`.
 TRAINING = {"aten.native_layer_norm.default": _layer_norm_with_statistics,
-            "aten.embedding.default": _embedding_clamped}
+            "aten.embedding.default": _embedding_clamped, **FLASH}

@@ -28,11 +28,13 @@ from trnsim.kernels.attention import attention
 from trnsim.kernels.collective import collective
 from trnsim.kernels.conv import conv2d
 from trnsim.kernels.elementwise import concat, copy, elementwise, pad
+from trnsim.kernels.flash_attention import flash_attention_backward_packed, flash_attention_packed
 from trnsim.kernels.gather import gather, scatter
 from trnsim.kernels.matmul import matmul
 from trnsim.kernels.norms import norm
 from trnsim.kernels.pool import pool2d
 from trnsim.kernels.reductions import cumsum, reduce, softmax, topk
 
-__all__ = ["attention", "collective", "concat", "conv2d", "copy", "cumsum", "elementwise", "gather", "matmul",
-           "norm", "pad", "pool2d", "reduce", "scatter", "softmax", "topk"]
+__all__ = ["attention", "collective", "concat", "conv2d", "copy", "cumsum", "elementwise",
+           "flash_attention_backward_packed", "flash_attention_packed", "gather", "matmul", "norm",
+           "pad", "pool2d", "reduce", "scatter", "softmax", "topk"]

@@ -83,8 +83,10 @@ STREAM_QUERY_BLOCKS = 16
 
 def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile | None = None,
               mask_kind: str = "none", k_transposed: bool = False,
-              compute_dtype="bfloat16") -> None:
-    """See the module docstring and the contract in `trnsim.kernels`."""
+              compute_dtype="bfloat16", lse: Tile | None = None) -> None:
+    """See the module docstring and the contract in `trnsim.kernels`. With `lse` ([*batch, sq,
+    2]), each query row's log-sum-exp of the scaled scores is also written, as two parts
+    (hi, lo) in lse's dtype (`trnsim.kernels.flash_attention`'s backward reads it)."""
     batch = tuple(out.shape[:-2])
     sq, dv = out.shape[-2:]
     d = q.shape[-1]
@@ -109,8 +111,11 @@ def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile 
             heads if batch and hbm_strides(broadcast_to_shape(mask, (*batch, sq, sk)))[-3] else 1)
         chunk, segment, superblock = _plan(heads, sq, sk, d, dv, compute_dtype, out.dtype,
                                            mask_heads)
+        if lse is not None and (tuple(lse.shape) != (*batch, sq, 2) or mask is not None):
+            raise InvalidArgumentError(f"attention lse {list(lse.shape)}: wanted "
+                                       f"{[*batch, sq, 2]}, without a mask operand")
         kernels = [_Attention(_HeadViews(out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed,
-                                         (h0, hn)),
+                                         (h0, hn), lse),
                               hn, sq, sk, d, dv, float(scale), mask_kind, compute_dtype,
                               k_transposed, segment, superblock)
                    for h0, hn in tiles(heads, chunk)]
@@ -168,7 +173,7 @@ class _HeadViews:
     """HBM views per outer batch index as [heads, s, x] (x = d, dv, or sk)."""
 
     def __init__(self, out, q, k, v, mask, batch, sq, sk, d, dv, k_transposed,
-                 head_range: tuple[int, int] | None = None) -> None:
+                 head_range: tuple[int, int] | None = None, lse: Tile | None = None) -> None:
         def full(t: Tile, tail: tuple[int, ...]) -> Tile:
             view = broadcast_to_shape(t, (*batch, *tail))
             if not batch:  # one head: add a head axis of size 1
@@ -186,6 +191,7 @@ class _HeadViews:
         self.k = full(k, (d, sk) if k_transposed else (sk, d))
         self.v = full(v, (sk, dv))
         self.mask = full(mask, (sq, sk)) if mask is not None else None
+        self.lse = full(lse, (sq, 2)) if lse is not None else None
 
     @staticmethod
     def at(view: Tile, index: tuple[int, ...]) -> Tile:
@@ -321,6 +327,8 @@ class _Attention:
                     runs[j].finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
                     nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr),
                              value=result[0:qr])
+                    if v.lse is not None:
+                        self._store_lse(index, q0, qr, runs[j].log_sum_exp(qr))
 
     @staticmethod
     def _segment(view3: Tile, s0: int, sn: int, keys_last: bool = False) -> Tile:
@@ -398,6 +406,8 @@ class _Attention:
         self._transpose_rows(q_t, q_rows, qr)
         mask = self._mask_terms(index, q0, qr)
         result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
+        totals = nl.ndarray((P, self.heads), dtype=nl.float32, buffer=nl.sbuf) \
+            if v.lse is not None else None
         groups = tiles(self.heads, self.group)
         # a group's scores are read two steps after they are written: three PSUM buffers
         # when they fit (1-2 banks each), else one group at a time (keys over 1024)
@@ -421,7 +431,14 @@ class _Attention:
                 with kernel_scope("weighted values"):
                     self._weighted_values(*groups[j], qr, rotating[j % 3].probs, values,
                                           rotating[j % 3].inverse, result)
+                    if totals is not None:
+                        state, (h0, hn) = rotating[j % 3], groups[j]
+                        totals[0:qr, h0:h0 + hn] = nisa.tensor_tensor(
+                            nisa.activation(op=nl.log, data=state.sums[0:qr, 0:hn]),
+                            state.neg_max[0:qr, 0:hn], np.subtract)
         nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+        if totals is not None:
+            self._store_lse(index, q0, qr, totals)
 
     def _online_query_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
                             values: Tile) -> None:
@@ -439,6 +456,8 @@ class _Attention:
         result = nl.ndarray((P, self.heads, self.dv), dtype=v.out.dtype, buffer=nl.sbuf)
         run.finish(qr, result, drop_empty_rows=self.mask_kind in ("bias", "bool"))
         nl.store(_HeadViews.rows(_HeadViews.at(v.out, index), q0, qr), value=result[0:qr])
+        if v.lse is not None:
+            self._store_lse(index, q0, qr, run.log_sum_exp(qr))
 
     def _online_chunks(self, index, q0: int, qr: int, q_t: Tile, k_t: Tile, values: Tile,
                        chunks: list[tuple[int, int]], run: _RunningSoftmax, base: int = 0,
@@ -470,13 +489,22 @@ class _Attention:
             self._merge_chunk(run, values, qr, *pending)
         run.started = run.started or bool(chunks)
 
+    def _store_lse(self, index, q0: int, qr: int, totals: Tile) -> None:
+        """Store the rows' log-sum-exp (fp32 [128, heads]) as (hi, lo) parts."""
+        view = self.views.lse
+        parts = nl.ndarray((P, self.heads, 2), dtype=view.dtype, buffer=nl.sbuf)
+        parts[0:qr, :, 0] = nisa.tensor_copy(totals[0:qr])
+        parts[0:qr, :, 1] = nisa.tensor_tensor(totals[0:qr], parts[0:qr, :, 0], np.subtract)
+        nl.store(_HeadViews.rows(_HeadViews.at(view, index), q0, qr), value=parts[0:qr])
+
     def _keys_on_partitions(self, qr: int, key_tiles: int | None = None) -> bool:
         """Whether a query block is few enough queries (a decode step) to take keys on partitions:
         without a mask, with a positive scale, all its transposed scores (over all keys, or
         over `key_tiles` of a K/V segment) in 4 PSUM banks."""
         key_tiles = key_tiles or len(self.key_tiles)
-        return (qr <= FEW_QUERIES and self.sk >= FEW_QUERIES_MIN_KEYS and self.scale > 0
-                and self.mask_kind == "none" and key_tiles * qr <= 4 * BANK_FP32)
+        return (self.views.lse is None and qr <= FEW_QUERIES and self.sk >= FEW_QUERIES_MIN_KEYS
+                and self.scale > 0 and self.mask_kind == "none"
+                and key_tiles * qr <= 4 * BANK_FP32)
 
     def _few_queries_block(self, index, q0: int, qr: int, q_rows: Tile, k_t: Tile,
                            values: Tile) -> None:
@@ -805,6 +833,13 @@ class _RunningSoftmax:
             nisa.tensor_tensor(self.out[0:qr, heads, :], old_weight.ap(spread), np.multiply),
             nisa.tensor_tensor(acc[0:qr, 0:hn, :], new_weight.ap(spread), np.multiply), np.add)
         self.row_max[0:qr, heads] = nisa.tensor_copy(new_max)
+
+    def log_sum_exp(self, qr: int) -> Tile:
+        """m + ln(l) per row and head (fp32), the scaled scores' log-sum-exp."""
+        total = nl.ndarray((P, self.sums.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        total[0:qr] = nisa.tensor_tensor(nisa.activation(op=nl.log, data=self.sums[0:qr]),
+                                         self.row_max[0:qr], np.add)
+        return total
 
     def finish(self, qr: int, result: Tile, drop_empty_rows: bool) -> None:
         """result = o / l; rows with every key masked out (m still at NEG) give 0."""

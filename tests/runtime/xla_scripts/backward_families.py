@@ -29,6 +29,17 @@ def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def sdpa_full(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def sdpa_grouped(q, k, v):
+    """Grouped K/V as the planner's layer spells it: heads repeated, then causal SDPA."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 def layer_norm(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
@@ -113,6 +124,8 @@ FAMILIES = {
     "cross_entropy": (cross_entropy, [(6, 5)]),
     "attention": (attention, [(2, 6, 8), (2, 6, 8), (2, 6, 8)]),
     "sdpa": (sdpa, [(1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]),
+    "sdpa_full": (sdpa_full, [(2, 3, 130, 16), (2, 3, 130, 16), (2, 3, 130, 16)]),
+    "sdpa_grouped": (sdpa_grouped, [(1, 4, 140, 32), (1, 2, 140, 32), (1, 2, 140, 32)]),
     "reductions": (reductions, [(4, 6)]),
     "reshapes": (reshapes, [(6, 4), (4, 3)]),
     "dropout": (dropout, [(8, 16), (16, 16)]),

@@ -19,12 +19,12 @@ graph gets meta["memory_plan"] (`MemoryPlan`) and meta["schedule"] (kernels in o
 
 from __future__ import annotations
 
-from trnsim.compiler.kernel_ops import data, linear, normalize
+from trnsim.compiler.kernel_ops import data, flash, linear, normalize
 from trnsim.compiler.kernel_ops.data import COLLECTIVE_KINDS
 from trnsim.compiler.kernel_ops.normalize import MASK_KINDS
 from trnsim.compiler.kernel_ops.record import KernelOp, load, run_program
 
-_MODULES = (linear, normalize, data)
+_MODULES = (linear, normalize, data, flash)
 KERNEL_OPS: dict[str, KernelOp] = {op.name: op for module in _MODULES for op in module.OPS}
 
 __all__ = ["COLLECTIVE_KINDS", "KERNEL_OPS", "MASK_KINDS", "KernelOp", "load", "run_program"]

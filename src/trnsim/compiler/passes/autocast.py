@@ -22,6 +22,9 @@ from trnsim.errors import InvalidArgumentError
 
 # Which operands of each matrix op auto-cast converts (others, e.g. conv bias or a mask, stay).
 MATRIX_OPERANDS = {"matmul": (0, 1), "conv2d": (0, 1), "sdpa": (0, 1, 2)}
+# Kernel-level ops the lazy device's translation emits before this pass, whose matrix products
+# take their operand type from a `compute_dtype` attribute (the result's dtype stays).
+FUSED_MATRIX = ("k.flash_attention", "k.flash_attention_backward")
 
 
 def auto_cast(graph: Graph, mode: str = "matmult", cast_type: str = "bf16") -> Graph:
@@ -38,6 +41,12 @@ def auto_cast(graph: Graph, mode: str = "matmult", cast_type: str = "bf16") -> G
 def _cast_matmults(graph: Graph, target: str) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
+        if node.op in FUSED_MATRIX and node.attrs["compute_dtype"] == "float32":
+            # kernel-level already (training's flash attention): its products read T operands
+            rw.replace(node, rw.emit(node.op, rw.operands(node),
+                                     {**node.attrs, "compute_dtype": target},
+                                     source=node.source, name=node.name))
+            continue
         which = MATRIX_OPERANDS.get(node.op)
         if which is None or node.dtype.name != "float32":
             rw.keep(node)

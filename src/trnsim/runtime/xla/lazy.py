@@ -107,6 +107,9 @@ def register_backend() -> None:
 
     _setup_privateuseone_for_python_backend(DEVICE_TYPE)
     _register_factories()
+    from trnsim.runtime.xla import flash
+
+    flash.register()
 
 
 _LIBRARY = None

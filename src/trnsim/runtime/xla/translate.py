@@ -37,8 +37,10 @@ def _decompositions() -> dict:
 
 
 def _name(op: Any) -> str:
-    return f"aten.{op._schema.name.split('::')[1]}.{op._overloadname}" \
-        if hasattr(op, "_schema") else str(op)
+    if not hasattr(op, "_schema"):
+        return str(op)
+    namespace, name = op._schema.name.split("::")
+    return f"{namespace}.{name}.{op._overloadname}"
 
 
 def functional(op: Any) -> Any:

@@ -1,0 +1,247 @@
+"""Flash attention for training: the forward with its row log-sum-exp, and the fused backward.
+
+Forward (`flash_attention`): `trnsim.kernels.attention` (online softmax over key chunks, causal
+chunks skipped), which also writes each query row's log-sum-exp lse = scale * max + ln(sum) as
+two parts in the output dtype (hi = round(lse), lo = round(lse - hi): about 16 significant bits
+in bf16, exact in fp32), so the backward can rebuild the probabilities without the scores.
+
+Backward (`flash_attention_backward`), per batch item (the last batch axis read as heads), with
+P = exp(scale * q k^T - lse) rebuilt block by block and never written to HBM:
+
+    dV = P^T dO      dP = dO V^T      dS = P * (dP - rowsum(dO * O))
+    dQ = scale * dS K                 dK = scale * dS^T Q
+
+The loops run as NKI's flash-attention backward orders them: key blocks of 128 outside, query
+blocks of 128 inside. Q, dO (rows and d-major, both in the compute dtype), the row terms
+-lse and rowsum(dO * O) and dQ's fp32 accumulator stay in SBUF for the whole sequence; per key
+block, K and V are loaded once and transposed on TensorE, and dK, dV accumulate in PSUM over the
+query blocks. Per block of 128 x 128: TensorE computes the scores (q on partitions), dP, dV += P^T
+dO (P as the stationary operand, contracting over queries), dK += dS^T Q, transposes dS and
+computes dS K for dQ; ScalarE computes P = exp(scale * s - lse) from PSUM in one pass; VectorE
+forms dS = (dP - D) * P in one pass and adds the block's dQ into the accumulator. Under a causal
+mask query blocks wholly before a key block are skipped (about half the blocks), and the blocks
+on the diagonal add a 0 / -1e30 triangle to the scores before the exponential.
+
+Limits: d <= 128; q, k, v, dO and O of one shape [*batch, s, d]; the query-side buffers
+(about 4 * s * d * bytes + 4 * s * d bytes per partition) must fit SBUF, else LimitExceededError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.errors import InvalidArgumentError, LimitExceededError, UnsupportedError
+from trnsim.kernels.attention import NEG, attention
+from trnsim.kernels.layout import (
+    BANK_FP32,
+    Evictor,
+    P,
+    has_gpsimd,
+    itemsize,
+    kernel_scope,
+    load_constant,
+    operand_budget_bytes,
+    tiles,
+)
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+from trnsim.nki.tile import Tile
+
+
+def flash_attention(out: Tile, lse: Tile, q: Tile, k: Tile, v: Tile, *, scale: float,
+                    causal: bool, compute_dtype="bfloat16") -> None:
+    """out = softmax(scale * q k^T [causal]) v; lse[..., 0:2] = its row log-sum-exp as (hi, lo)."""
+    attention(out, q, k, v, scale=scale, mask_kind="causal" if causal else "none",
+              compute_dtype=compute_dtype, lse=lse)
+
+
+def flash_attention_packed(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, causal: bool,
+                           compute_dtype="bfloat16") -> None:
+    """`flash_attention` into one [*batch, s, d + 2] output: out, then lse's two parts (the
+    compiler's IR gives a node one output)."""
+    d = q.shape[-1]
+    flash_attention(out[..., 0:d], out[..., d:d + 2], q, k, v, scale=scale, causal=causal,
+                    compute_dtype=compute_dtype)
+
+
+def flash_attention_backward_packed(out: Tile, grad: Tile, q: Tile, k: Tile, v: Tile, o: Tile,
+                                    lse: Tile, *, scale: float, causal: bool,
+                                    compute_dtype="bfloat16") -> None:
+    """`flash_attention_backward` into one [3, *batch, s, d] output: dq, dk, dv."""
+    flash_attention_backward(out[0], out[1], out[2], grad, q, k, v, o, lse, scale=scale,
+                             causal=causal, compute_dtype=compute_dtype)
+
+
+def flash_attention_backward(dq: Tile, dk: Tile, dv: Tile, grad: Tile, q: Tile, k: Tile,
+                             v: Tile, out: Tile, lse: Tile, *, scale: float, causal: bool,
+                             compute_dtype="bfloat16") -> None:
+    """See the module docstring."""
+    shape = tuple(q.shape)
+    for name, t in (("k", k), ("v", v), ("grad", grad), ("out", out), ("dq", dq), ("dk", dk),
+                    ("dv", dv)):
+        if tuple(t.shape) != shape:
+            raise InvalidArgumentError(f"flash_attention_backward: {name} {list(t.shape)} is "
+                                       f"not shaped like q {list(shape)}")
+    if tuple(lse.shape) != (*shape[:-1], 2):
+        raise InvalidArgumentError(f"flash_attention_backward: lse {list(lse.shape)} is not "
+                                   f"{[*shape[:-1], 2]}")
+    s, d = shape[-2:]
+    if d > P:
+        raise UnsupportedError(f"flash_attention_backward with head dim {d} > {P}")
+    blocks = tiles(s, P)
+    need = len(blocks) * (4 * d * itemsize(compute_dtype) + 4 * d + 16)
+    budget = operand_budget_bytes() // 2
+    if need > budget:
+        raise LimitExceededError(
+            f"flash_attention_backward: the query side of {s} rows at d = {d} takes {need} bytes "
+            f"per partition, over the {budget} bytes of SBUF it may hold")
+    with kernel_scope("flash attention backward"):
+        kernel = _Backward(s, d, float(scale), causal, compute_dtype)
+        for index in np.ndindex(*shape[:-2]):
+            with kernel_scope("batch item"):
+                kernel.item(*(t[index] if index else t
+                              for t in (dq, dk, dv, grad, q, k, v, out, lse)))
+
+
+class _Backward:
+    def __init__(self, s: int, d: int, scale: float, causal: bool, dtype) -> None:
+        self.s, self.d, self.scale, self.causal, self.dtype = s, d, scale, causal, dtype
+        self.blocks = tiles(s, P)
+        self.evictor = Evictor()
+        self.triangle = self._triangle() if causal else None
+
+    def _triangle(self) -> Tile:
+        """0 where a key is at or before the query (same offset on both axes), NEG after."""
+        tri = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+        if has_gpsimd():
+            i_q, i_k = nl.mgrid[0:P, 0:P]
+            zeros = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+            zeros[...] = nisa.memset((P, P), 0.0, nl.float32)
+            tri[...] = nisa.affine_select(i_q - i_k >= 0, zeros, NEG)
+        else:
+            keep = np.arange(P)[:, None] >= np.arange(P)[None, :]
+            load_constant(tri, np.where(keep, 0.0, NEG), "flash_bwd_causal")
+        return tri
+
+    def _rows(self, view: Tile, t: int, dtype=None) -> Tile:
+        """Rows of block t of an HBM [s, x] view, loaded as [rows, x]."""
+        r0, rn = self.blocks[t]
+        rows = nl.ndarray((P, view.shape[-1]), dtype=dtype or self.dtype, buffer=nl.sbuf)
+        rows[0:rn] = nl.load(view[r0:r0 + rn, :])
+        return rows
+
+    def _transpose(self, dst: Tile, rows: list[tuple[Tile, int, int]]) -> None:
+        """dst[0:d, c0:c0+rn] = rows^T for each (rows [rn, d], c0, rn), four to a PSUM bank."""
+        d = self.d
+        for g in range(0, len(rows), 4):
+            group = rows[g:g + 4]
+            with kernel_scope("transposes"):
+                bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+                for j, (src, _, rn) in enumerate(group):
+                    bank[0:d, j, 0:rn] = nisa.nc_transpose(src[0:rn, 0:d])
+                for j, (_, c0, rn) in enumerate(group):
+                    self.evictor.copy(dst[0:d, c0:c0 + rn], bank[0:d, j, 0:rn])
+
+    def item(self, dq, dk, dv, grad, q, k, v, out, lse) -> None:
+        s, d, nq = self.s, self.d, len(self.blocks)
+        q_rows = nl.ndarray((P, nq, d), dtype=self.dtype, buffer=nl.sbuf)
+        g_rows = nl.ndarray((P, nq, d), dtype=self.dtype, buffer=nl.sbuf)
+        q_t = nl.ndarray((P, s), dtype=self.dtype, buffer=nl.sbuf)
+        g_t = nl.ndarray((P, s), dtype=self.dtype, buffer=nl.sbuf)
+        neg_lse = nl.ndarray((P, nq), dtype=nl.float32, buffer=nl.sbuf)
+        row_term = nl.ndarray((P, nq), dtype=nl.float32, buffer=nl.sbuf)
+        dq_acc = nl.ndarray((P, nq, d), dtype=nl.float32, buffer=nl.sbuf)
+        for t, (q0, qr) in enumerate(self.blocks):
+            with kernel_scope("query rows"):
+                q_rows[0:qr, t, :] = nl.load(q[q0:q0 + qr, :])
+                g_rows[0:qr, t, :] = nl.load(grad[q0:q0 + qr, :])
+                o_rows = self._rows(out, t)
+                parts = self._rows(lse, t, nl.float32)
+                total = nisa.tensor_reduce(np.add, parts[0:qr, 0:2], axis=(1,), keepdims=True)
+                neg_lse[0:qr, t:t + 1] = nisa.tensor_scalar(total, np.multiply, -1.0)
+                prod = nisa.tensor_tensor(g_rows[0:qr, t, :], o_rows[0:qr], np.multiply,
+                                          dtype=nl.float32)
+                row_term[0:qr, t:t + 1] = nisa.tensor_reduce(np.add, prod, axis=(1,),
+                                                             keepdims=True)
+        for g0 in range(0, nq, 4):
+            group = range(g0, min(nq, g0 + 4))
+            self._transpose(q_t, [(q_rows[:, t, :], *self.blocks[t]) for t in group])
+            self._transpose(g_t, [(g_rows[:, t, :], *self.blocks[t]) for t in group])
+        first = [True] * nq
+        for kt, (k0, kr) in enumerate(self.blocks):
+            with kernel_scope("key block"):
+                self._key_block(kt, k0, kr, k, v, dk, dv, q_rows, g_rows, q_t, g_t, neg_lse,
+                                row_term, dq_acc, first)
+        for t, (q0, qr) in enumerate(self.blocks):
+            with kernel_scope("dq rows"):
+                rows = nl.ndarray((P, d), dtype=dq.dtype, buffer=nl.sbuf)
+                if first[t]:  # no key reaches this query block (cannot happen when causal)
+                    rows[0:qr] = nisa.memset((qr, d), 0.0, dq.dtype)
+                else:
+                    rows[0:qr] = nisa.tensor_scalar(dq_acc[0:qr, t, :], np.multiply,
+                                                    self.scale, dtype=dq.dtype)
+                nl.store(dq[q0:q0 + qr, :], value=rows[0:qr])
+
+    def _key_block(self, kt, k0, kr, k, v, dk, dv, q_rows, g_rows, q_t, g_t, neg_lse,
+                   row_term, dq_acc, first) -> None:
+        d = self.d
+        k_rows = self._rows(k, kt)
+        v_rows = self._rows(v, kt)
+        k_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
+        v_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
+        self._transpose(k_t, [(k_rows, 0, kr)])
+        self._transpose(v_t, [(v_rows, 0, kr)])
+        grads = nl.zeros((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+        dk_acc, dv_acc = grads[:, 0:d], grads[:, d:2 * d]
+        if 2 * d > BANK_FP32:
+            raise UnsupportedError(f"flash_attention_backward with head dim {d}")
+        wanted = [(t, q0, qr) for t, (q0, qr) in enumerate(self.blocks)
+                  if not self.causal or q0 + qr - 1 >= k0]
+        for t, q0, qr in wanted:
+            with kernel_scope("block"):
+                scores = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                scores[0:qr, 0:kr] = nisa.nc_matmul(q_t[0:d, q0:q0 + qr], k_t[0:d, 0:kr])
+                source = scores
+                if self.causal and k0 + kr - 1 > q0:  # the block crosses the diagonal
+                    if q0 != k0:
+                        raise UnsupportedError("flash_attention_backward: causal blocks off the "
+                                               "128-row grid")
+                    masked = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+                    masked[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
+                        data=self.triangle[0:qr, 0:kr], op0=np.multiply,
+                        operand0=1.0 / self.scale, op1=np.add, operand1=scores[0:qr, 0:kr])
+                    source = masked
+                probs = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
+                probs[0:qr, 0:kr] = nisa.activation(op=nl.exp, data=source[0:qr, 0:kr],
+                                                    scale=self.scale,
+                                                    bias=neg_lse[0:qr, t:t + 1])
+                dv_acc[0:kr, :] += nisa.nc_matmul(probs[0:qr, 0:kr], g_rows[0:qr, t, :])
+                dp = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                dp[0:qr, 0:kr] = nisa.nc_matmul(g_t[0:d, q0:q0 + qr], v_t[0:d, 0:kr])
+                ds = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
+                ds[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
+                    data=dp[0:qr, 0:kr], op0=np.subtract, operand0=row_term[0:qr, t:t + 1],
+                    op1=np.multiply, operand1=probs[0:qr, 0:kr])
+                dk_acc[0:kr, :] += nisa.nc_matmul(ds[0:qr, 0:kr], q_rows[0:qr, t, :])
+                ds_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
+                bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                bank[0:kr, 0:qr] = nisa.nc_transpose(ds[0:qr, 0:kr])
+                self.evictor.copy(ds_t[0:kr, 0:qr], bank[0:kr, 0:qr], engine="scalar")
+                dq_part = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.psum)
+                dq_part[0:qr, :] = nisa.nc_matmul(ds_t[0:kr, 0:qr], k_rows[0:kr, 0:d])
+                if first[t]:
+                    dq_acc[0:qr, t, :] = nisa.tensor_copy(dq_part[0:qr, :])
+                    first[t] = False
+                else:
+                    dq_acc[0:qr, t, :] = nisa.tensor_tensor(dq_acc[0:qr, t, :], dq_part[0:qr, :],
+                                                            np.add)
+        for acc, target in ((dk_acc, dk), (dv_acc, dv)):
+            rows = nl.ndarray((P, d), dtype=target.dtype, buffer=nl.sbuf)
+            if not wanted:
+                rows[0:kr] = nisa.memset((kr, d), 0.0, target.dtype)
+            elif target is dk:
+                rows[0:kr] = nisa.tensor_scalar(acc[0:kr, :], np.multiply, self.scale,
+                                                dtype=target.dtype)
+            else:
+                rows[0:kr] = nisa.tensor_copy(acc[0:kr, :], dtype=target.dtype)
+            nl.store(target[k0:k0 + kr, :], value=rows[0:kr])
