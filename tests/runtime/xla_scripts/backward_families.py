@@ -40,6 +40,11 @@ def sdpa_grouped(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def sdpa_gqa(q, k, v):
+    """Grouped K/V as Hugging Face's sdpa attention passes it without a mask."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
 def layer_norm(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
@@ -126,6 +131,7 @@ FAMILIES = {
     "sdpa": (sdpa, [(1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]),
     "sdpa_full": (sdpa_full, [(2, 3, 130, 16), (2, 3, 130, 16), (2, 3, 130, 16)]),
     "sdpa_grouped": (sdpa_grouped, [(1, 4, 140, 32), (1, 2, 140, 32), (1, 2, 140, 32)]),
+    "sdpa_gqa": (sdpa_gqa, [(2, 6, 20, 8), (2, 2, 20, 8), (2, 2, 20, 8)]),
     "reductions": (reductions, [(4, 6)]),
     "reshapes": (reshapes, [(6, 4), (4, 3)]),
     "dropout": (dropout, [(8, 16), (16, 16)]),

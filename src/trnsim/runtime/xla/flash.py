@@ -9,12 +9,13 @@ PyTorch's AutogradPrivateUse1 key (the lazy device's autograd key) records two o
 which the compiler lowers to trnsim's flash-attention kernels (`trnsim.kernels.flash_attention`).
 
 When: always when the call matches what the fused kernels compute: no mask or the causal one,
-no dropout, as many key/value heads as query heads, a head dim of at most 128 and self-attention
-lengths (sq == sk). The fused kernels never read or write more HBM than the composite (the
-composite writes the scores and probabilities and reads them back, 2-3 passes of sq * sk
-elements per head each way), so there is no length below which the composite is the better
-choice to model. Any other call (a padding mask, attention dropout, grouped K/V) takes PyTorch's
-math composite as before: matmul, softmax and their backward as separate kernels.
+no dropout, a head dim of at most 128 and self-attention lengths (sq == sk); grouped K/V
+(`enable_gqa`) is repeated to the query heads first, as Hugging Face's `repeat_kv` does. The
+fused kernels never read or write more HBM than the composite (which writes the scores and
+probabilities and reads them back, 2-3 passes of sq * sk elements per head each way), so there
+is no length below which the composite is the better choice to model. Any other call (a padding
+mask, attention dropout, cross-attention) takes PyTorch's math composite as before: matmul,
+softmax and their backward as separate kernels.
 
 The values computed on the host are this module's fp32 reference (`_forward`, `_backward`),
 rounded to the operands' dtype as the device writes them; the log-sum-exp is kept as two
@@ -60,9 +61,9 @@ def _backward(grad, q, k, v, out, lse, scale: float, causal: bool):
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-def fused_applies(q, k, v, attn_mask, dropout_p: float, enable_gqa: bool) -> bool:
+def fused_applies(q, k, v, attn_mask, dropout_p: float) -> bool:
     """Whether this call is one the fused kernels compute (module docstring)."""
-    return (attn_mask is None and dropout_p == 0.0 and not enable_gqa and q.dim() >= 3
+    return (attn_mask is None and dropout_p == 0.0 and q.dim() >= 3
             and q.shape[:-1] == k.shape[:-1] == v.shape[:-1] and q.shape[-1] == k.shape[-1]
             and v.shape[-1] == q.shape[-1] and q.shape[-1] <= MAX_HEAD_DIM
             and q.is_floating_point())
@@ -111,7 +112,13 @@ def _autograd_forward(q, k, v, scale: float, causal: bool):
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
           *, scale: float | None = None, enable_gqa: bool = False):
-    if not fused_applies(query, key, value, attn_mask, dropout_p, enable_gqa):
+    if enable_gqa and query.dim() >= 3 and key.dim() == query.dim() \
+            and key.shape[-3] != query.shape[-3] and query.shape[-3] % key.shape[-3] == 0:
+        # grouped K/V: each K/V head repeated for its query heads, as Hugging Face's repeat_kv
+        # spells it (the gradients of the copies are summed by repeat_interleave's backward)
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = (t.repeat_interleave(groups, dim=-3) for t in (key, value))
+    if not fused_applies(query, key, value, attn_mask, dropout_p):
         return torch.ops.aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
             enable_gqa=enable_gqa)[0]
