@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from tests.kernels.conftest import as_dtype
-from tests.kernels.harness import run
+from tests.kernels.harness import ArraySpec, run
+from trnsim.errors import LimitExceededError
 from trnsim.kernels.flash_attention import (
     flash_attention_backward_packed as _backward_packed,
 )
@@ -75,3 +76,10 @@ def test_flash_backward_skips_masked_blocks():
     full, causal = matmuls(False), matmuls(True)
     # 4 x 4 blocks of 5 matmuls (S, dV, dP, dK, dQ) and the transposes; causal keeps 10 blocks
     assert causal < 0.75 * full
+
+
+def test_flash_backward_refuses_sequences_whose_query_side_overflows_sbuf():
+    spec = ArraySpec((1, 1, 65536, 128), "bfloat16")
+    with pytest.raises(LimitExceededError, match="query side"):
+        run(_backward_packed, [spec] * 5 + [ArraySpec((1, 1, 65536, 2), "bfloat16")],
+            (3, 1, 1, 65536, 128), "bfloat16", scale=0.1, causal=True, mode="timing")

@@ -22,8 +22,9 @@ forms dS = (dP - D) * P in one pass and adds the block's dQ into the accumulator
 mask query blocks wholly before a key block are skipped (about half the blocks), and the blocks
 on the diagonal add a 0 / -1e30 triangle to the scores before the exponential.
 
-Limits: d <= 128; q, k, v, dO and O of one shape [*batch, s, d]; the query-side buffers
-(about 4 * s * d * bytes + 4 * s * d bytes per partition) must fit SBUF, else LimitExceededError.
+Limits: d <= 128; q, k, v, dO and O of one shape [*batch, s, d]; the query-side buffers (per
+128 rows, Q and dO twice in the compute dtype and dQ in fp32: 99 KiB a partition at s = 8192,
+d = 128 in bf16) must fit the kernel's SBUF budget, else LimitExceededError.
 """
 
 from __future__ import annotations
@@ -88,13 +89,15 @@ def flash_attention_backward(dq: Tile, dk: Tile, dv: Tile, grad: Tile, q: Tile, 
     s, d = shape[-2:]
     if d > P:
         raise UnsupportedError(f"flash_attention_backward with head dim {d} > {P}")
-    blocks = tiles(s, P)
-    need = len(blocks) * (4 * d * itemsize(compute_dtype) + 4 * d + 16)
-    budget = operand_budget_bytes() // 2
+    size = itemsize(compute_dtype)
+    # per partition: Q and dO as rows and d-major, dQ's fp32 accumulator, -lse and rowsum(dO*O)
+    need = len(tiles(s, P)) * (2 * d * size + 2 * P * size + 4 * d + 8)
+    # what one key block holds (K, V rows and d-major, P, dS, dS^T, the masked scores, output
+    # rows), twice: the next block's loads overlap this one
+    budget = operand_budget_bytes() - 2 * (9 * P * size + 4 * P)
     if need > budget:
-        raise LimitExceededError(
-            f"flash_attention_backward: the query side of {s} rows at d = {d} takes {need} bytes "
-            f"per partition, over the {budget} bytes of SBUF it may hold")
+        raise LimitExceededError("flash_attention_backward SBUF bytes per partition for the "
+                                 "query side", need, budget, context=f"seq {s}, head dim {d}")
     with kernel_scope("flash attention backward"):
         kernel = _Backward(s, d, float(scale), causal, compute_dtype)
         for index in np.ndindex(*shape[:-2]):
@@ -184,7 +187,13 @@ class _Backward:
 
     def _key_block(self, kt, k0, kr, k, v, dk, dv, q_rows, g_rows, q_t, g_t, neg_lse,
                    row_term, dq_acc, first) -> None:
+        """One key block against every query block that sees it, software-pipelined over the
+        query blocks in three stages (each engine runs its instructions in program order, so
+        step i emits stage A of block i, B of block i-1 and C of block i-2: TensorE's products
+        of one block never wait on the exponentials or dS of the block before)."""
         d = self.d
+        if 2 * d > BANK_FP32:
+            raise UnsupportedError(f"flash_attention_backward with head dim {d}")
         k_rows = self._rows(k, kt)
         v_rows = self._rows(v, kt)
         k_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
@@ -193,48 +202,18 @@ class _Backward:
         self._transpose(v_t, [(v_rows, 0, kr)])
         grads = nl.zeros((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
         dk_acc, dv_acc = grads[:, 0:d], grads[:, d:2 * d]
-        if 2 * d > BANK_FP32:
-            raise UnsupportedError(f"flash_attention_backward with head dim {d}")
         wanted = [(t, q0, qr) for t, (q0, qr) in enumerate(self.blocks)
                   if not self.causal or q0 + qr - 1 >= k0]
-        for t, q0, qr in wanted:
-            with kernel_scope("block"):
-                scores = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                scores[0:qr, 0:kr] = nisa.nc_matmul(q_t[0:d, q0:q0 + qr], k_t[0:d, 0:kr])
-                source = scores
-                if self.causal and k0 + kr - 1 > q0:  # the block crosses the diagonal
-                    if q0 != k0:
-                        raise UnsupportedError("flash_attention_backward: causal blocks off the "
-                                               "128-row grid")
-                    masked = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
-                    masked[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
-                        data=self.triangle[0:qr, 0:kr], op0=np.multiply,
-                        operand0=1.0 / self.scale, op1=np.add, operand1=scores[0:qr, 0:kr])
-                    source = masked
-                probs = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
-                probs[0:qr, 0:kr] = nisa.activation(op=nl.exp, data=source[0:qr, 0:kr],
-                                                    scale=self.scale,
-                                                    bias=neg_lse[0:qr, t:t + 1])
-                dv_acc[0:kr, :] += nisa.nc_matmul(probs[0:qr, 0:kr], g_rows[0:qr, t, :])
-                dp = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                dp[0:qr, 0:kr] = nisa.nc_matmul(g_t[0:d, q0:q0 + qr], v_t[0:d, 0:kr])
-                ds = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
-                ds[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
-                    data=dp[0:qr, 0:kr], op0=np.subtract, operand0=row_term[0:qr, t:t + 1],
-                    op1=np.multiply, operand1=probs[0:qr, 0:kr])
-                dk_acc[0:kr, :] += nisa.nc_matmul(ds[0:qr, 0:kr], q_rows[0:qr, t, :])
-                ds_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
-                bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                bank[0:kr, 0:qr] = nisa.nc_transpose(ds[0:qr, 0:kr])
-                self.evictor.copy(ds_t[0:kr, 0:qr], bank[0:kr, 0:qr], engine="scalar")
-                dq_part = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.psum)
-                dq_part[0:qr, :] = nisa.nc_matmul(ds_t[0:kr, 0:qr], k_rows[0:kr, 0:d])
-                if first[t]:
-                    dq_acc[0:qr, t, :] = nisa.tensor_copy(dq_part[0:qr, :])
-                    first[t] = False
-                else:
-                    dq_acc[0:qr, t, :] = nisa.tensor_tensor(dq_acc[0:qr, t, :], dq_part[0:qr, :],
-                                                            np.add)
+        sets = [_BlockBuffers(self.dtype, d) for _ in range(min(3, len(wanted)))]
+        keys = (k0, kr, k_t, v_t, k_rows)
+        for i in range(len(wanted) + 2):
+            if i < len(wanted):
+                self._stage_scores(sets[i % 3], *wanted[i], keys, q_t, g_t, neg_lse, row_term)
+            if 0 <= i - 1 < len(wanted):
+                self._stage_key_grads(sets[(i - 1) % 3], *wanted[i - 1], kr, q_rows, g_rows,
+                                      dk_acc, dv_acc)
+            if 0 <= i - 2 < len(wanted):
+                self._stage_query_grad(sets[(i - 2) % 3], *wanted[i - 2], keys, dq_acc, first)
         for acc, target in ((dk_acc, dk), (dv_acc, dv)):
             rows = nl.ndarray((P, d), dtype=target.dtype, buffer=nl.sbuf)
             if not wanted:
@@ -245,3 +224,55 @@ class _Backward:
             else:
                 rows[0:kr] = nisa.tensor_copy(acc[0:kr, :], dtype=target.dtype)
             nl.store(target[k0:k0 + kr, :], value=rows[0:kr])
+
+    def _stage_scores(self, b, t, q0, qr, keys, q_t, g_t, neg_lse, row_term) -> None:
+        """A: scores and dP (TensorE), P = exp(scale * s - lse) (ScalarE), dS (VectorE)."""
+        d = self.d
+        k0, kr, k_t, v_t, _ = keys
+        b.scores[0:qr, 0:kr] = nisa.nc_matmul(q_t[0:d, q0:q0 + qr], k_t[0:d, 0:kr])
+        source = b.scores
+        if self.causal and k0 + kr - 1 > q0:  # the block crosses the diagonal
+            if q0 != k0:
+                raise UnsupportedError("flash_attention_backward: causal blocks off the 128-row "
+                                       "grid")
+            b.masked[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
+                data=self.triangle[0:qr, 0:kr], op0=np.multiply, operand0=1.0 / self.scale,
+                op1=np.add, operand1=b.scores[0:qr, 0:kr])
+            source = b.masked
+        b.dp[0:qr, 0:kr] = nisa.nc_matmul(g_t[0:d, q0:q0 + qr], v_t[0:d, 0:kr])
+        b.probs[0:qr, 0:kr] = nisa.activation(op=nl.exp, data=source[0:qr, 0:kr],
+                                              scale=self.scale, bias=neg_lse[0:qr, t:t + 1])
+        b.ds[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
+            data=b.dp[0:qr, 0:kr], op0=np.subtract, operand0=row_term[0:qr, t:t + 1],
+            op1=np.multiply, operand1=b.probs[0:qr, 0:kr])
+
+    def _stage_key_grads(self, b, t, q0, qr, kr, q_rows, g_rows, dk_acc, dv_acc) -> None:
+        """B: dV += P^T dO and dK += dS^T Q into PSUM, dS transposed (TensorE), evicted."""
+        dv_acc[0:kr, :] += nisa.nc_matmul(b.probs[0:qr, 0:kr], g_rows[0:qr, t, :])
+        dk_acc[0:kr, :] += nisa.nc_matmul(b.ds[0:qr, 0:kr], q_rows[0:qr, t, :])
+        b.bank[0:kr, 0:qr] = nisa.nc_transpose(b.ds[0:qr, 0:kr])
+        self.evictor.copy(b.ds_t[0:kr, 0:qr], b.bank[0:kr, 0:qr], engine="scalar")
+
+    def _stage_query_grad(self, b, t, q0, qr, keys, dq_acc, first) -> None:
+        """C: this block's dS K (TensorE) added into dQ's fp32 accumulator (VectorE)."""
+        _, kr, _, _, k_rows = keys
+        b.dq[0:qr, :] = nisa.nc_matmul(b.ds_t[0:kr, 0:qr], k_rows[0:kr, 0:self.d])
+        if first[t]:
+            dq_acc[0:qr, t, :] = nisa.tensor_copy(b.dq[0:qr, :])
+            first[t] = False
+        else:
+            dq_acc[0:qr, t, :] = nisa.tensor_tensor(dq_acc[0:qr, t, :], b.dq[0:qr, :], np.add)
+
+
+class _BlockBuffers:
+    """One query block's on-chip tiles in the pipeline (three sets rotate)."""
+
+    def __init__(self, dtype, d: int) -> None:
+        self.scores = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        self.dp = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        self.bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+        self.dq = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.psum)
+        self.masked = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+        self.probs = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
+        self.ds = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)
+        self.ds_t = nl.ndarray((P, P), dtype=dtype, buffer=nl.sbuf)

@@ -118,9 +118,10 @@ class HeadShape:
 
 
 def build_head(shape: HeadShape):
-    """The embedding and the LM head with its loss. `forward(ids, hidden, labels, upstream)`:
-    `hidden` stands for the last layer's output, `upstream` for the gradient the first layer
-    hands back to the embedding (so the embedding's backward runs as in the whole model)."""
+    """The embedding and the LM head with its loss. `forward(ids, hidden, labels)` gives (loss,
+    embedded): `hidden` stands for the last layer's output; the caller hands `embedded` the
+    gradient the first layer would hand back (so the embedding's backward runs as in the whole
+    model, with no reduction of the measurement's own in front of it)."""
     import torch
     from torch import nn
 
@@ -133,7 +134,7 @@ def build_head(shape: HeadShape):
                 else None
             self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
 
-        def forward(self, ids, hidden, labels, upstream):
+        def forward(self, ids, hidden, labels):
             embedded = self.embed(ids)
             if self.norm is not None:
                 h = self.norm(hidden)
@@ -143,7 +144,7 @@ def build_head(shape: HeadShape):
             logits = self.lm_head(h).float()
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape.vocab),
                                                      labels.reshape(-1))
-            return loss + (embedded.float() * upstream).sum()
+            return loss, embedded
 
     torch.manual_seed(0)
     return Head()

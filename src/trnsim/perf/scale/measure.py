@@ -6,7 +6,9 @@ JSON timing file per item. Each item is one training step of the module on the l
 (`trnsim.runtime.xla`): forward, backward and the optimizer's update compiled by trnsim's
 compiler and timed on the instruction-level simulator, exactly as a user's torch-xla script is,
 but timing only: weights and activations are meta tensors (`TRNSIM_XLA_VALUES=shapes`), so no
-value is computed and host memory does not grow with the model.
+value is computed and host memory does not grow with the model. A layer's backward starts from
+an output gradient given as device data (what the layer above hands back), so no loss of the
+measurement's own is timed with it.
 A process of its own because the lazy device is process-wide and reads its instance and
 precision from the environment.
 
@@ -67,14 +69,16 @@ def _step(kind: str, shape, optimizer: str) -> dict:
         return torch.empty(size, dtype=dtype, device="meta").to(device)
 
     if kind == "layer":
+        # the output's gradient arrives as the next layer hands it back: device data, not a
+        # loss computed here (whose mean and square would add their own kernels, a broadcast
+        # of the mean's gradient over every activation, to the layer's backward)
         x = data(b, s, h).requires_grad_(True)
-        loss = module(x).float().pow(2).mean()
+        module(x).backward(data(b, s, h))
     else:
         ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
         hidden = data(b, s, h).requires_grad_(True)
-        upstream = data(b, s, h)
-        loss = module(ids, hidden, labels, upstream)
-    loss.backward()
+        loss, embedded = module(ids, hidden, labels)
+        torch.autograd.backward([loss, embedded], [None, data(b, s, h)])
     xm.optimizer_step(opt)
     xm.mark_step()
     opt.zero_grad()
