@@ -33,8 +33,12 @@ def flash_attention_backward(cx: Translator, grad: Node, q: Node, k: Node, v: No
                              lse: Node, scale: float, causal: bool) -> tuple[Node, Node, Node]:
     packed = cx.emit("k.flash_attention_backward", [grad, q, k, v, out, lse],
                      **_attrs(q, scale, causal))
-    return tuple(cx.emit("reshape", [_slice(cx, packed, 0, i, i + 1)], shape=q.shape)
-                 for i in range(3))
+    grads = [cx.emit("reshape", [_slice(cx, packed, 0, i, i + 1)], shape=packed.shape[1:])
+             for i in range(3)]
+    if q.rank < 3:
+        return tuple(grads)
+    dims = (*range(q.rank - 3), q.rank - 2, q.rank - 3, q.rank - 1)  # rows back inside heads
+    return tuple(cx.emit("permute", [g], dims=dims) for g in grads)
 
 
 FLASH = {"trnsim.flash_attention.default": flash_attention,

@@ -32,12 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnsupportedError
-from trnsim.kernels.attention import NEG, attention
+from trnsim.kernels.attention import NEG, _HeadViews, attention
 from trnsim.kernels.layout import (
     BANK_FP32,
     Evictor,
     P,
     has_gpsimd,
+    hbm_strides,
+    hbm_view,
     itemsize,
     kernel_scope,
     load_constant,
@@ -68,9 +70,21 @@ def flash_attention_packed(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float
 def flash_attention_backward_packed(out: Tile, grad: Tile, q: Tile, k: Tile, v: Tile, o: Tile,
                                     lse: Tile, *, scale: float, causal: bool,
                                     compute_dtype="bfloat16") -> None:
-    """`flash_attention_backward` into one [3, *batch, s, d] output: dq, dk, dv."""
-    flash_attention_backward(out[0], out[1], out[2], grad, q, k, v, o, lse, scale=scale,
-                             causal=causal, compute_dtype=compute_dtype)
+    """`flash_attention_backward` into one output: dq, dk, dv, each stored with its rows
+    outside its heads ([3, *outer, s, heads, d] for [*outer, heads, s, d] operands; [3, s, d]
+    without a batch), as a projection's output is laid out, so a row of every head is one run."""
+    flash_attention_backward(*(heads_major(out[i]) for i in range(3)), grad, q, k, v, o, lse,
+                             scale=scale, causal=causal, compute_dtype=compute_dtype)
+
+
+def heads_major(t: Tile) -> Tile:
+    """A [*outer, s, heads, d] view as [*outer, heads, s, d] (a 2-D view as it is)."""
+    if t.ndim < 3:
+        return t
+    shape, steps = list(t.shape), list(hbm_strides(t))
+    shape[-3], shape[-2] = shape[-2], shape[-3]
+    steps[-3], steps[-2] = steps[-2], steps[-3]
+    return hbm_view(t, tuple(shape), tuple(steps))
 
 
 def flash_attention_backward(dq: Tile, dk: Tile, dv: Tile, grad: Tile, q: Tile, k: Tile,
@@ -98,12 +112,24 @@ def flash_attention_backward(dq: Tile, dk: Tile, dv: Tile, grad: Tile, q: Tile, 
     if need > budget:
         raise LimitExceededError("flash_attention_backward SBUF bytes per partition for the "
                                  "query side", need, budget, context=f"seq {s}, head dim {d}")
+    batch = shape[:-2]
+    heads = batch[-1] if batch else 1
+    group = max(1, min(heads, budget // max(need, 1)))
     with kernel_scope("flash attention backward"):
         kernel = _Backward(s, d, float(scale), causal, compute_dtype)
-        for index in np.ndindex(*shape[:-2]):
-            with kernel_scope("batch item"):
-                kernel.item(*(t[index] if index else t
-                              for t in (dq, dk, dv, grad, q, k, v, out, lse)))
+        for index in np.ndindex(*batch[:-1]):
+            for h0, hn in tiles(heads, group):
+                with kernel_scope("batch item"):
+                    kernel.item([_heads(t, index, h0, hn, bool(batch))
+                                 for t in (dq, dk, dv, grad, q, k, v, out, lse)], hn)
+
+
+def _heads(t: Tile, index: tuple[int, ...], h0: int, hn: int, has_batch: bool) -> Tile:
+    """Heads h0..h0+hn of batch item `index` of a [*outer, heads, s, x] view as [hn, s, x]."""
+    if not has_batch:
+        return hbm_view(t, (1, *t.shape), (0, *hbm_strides(t)))
+    view = t[index] if index else t
+    return view[h0:h0 + hn]
 
 
 class _Backward:
@@ -126,11 +152,12 @@ class _Backward:
             load_constant(tri, np.where(keep, 0.0, NEG), "flash_bwd_causal")
         return tri
 
-    def _rows(self, view: Tile, t: int, dtype=None) -> Tile:
-        """Rows of block t of an HBM [s, x] view, loaded as [rows, x]."""
+    def _rows(self, view3: Tile, t: int, hn: int, dtype=None) -> Tile:
+        """Rows of block t of every head of an HBM [hn, s, x] view, as [rows, hn, x] (one DMA:
+        a row of all heads is one run when heads are adjacent, as in a fused projection)."""
         r0, rn = self.blocks[t]
-        rows = nl.ndarray((P, view.shape[-1]), dtype=dtype or self.dtype, buffer=nl.sbuf)
-        rows[0:rn] = nl.load(view[r0:r0 + rn, :])
+        rows = nl.ndarray((P, hn, view3.shape[-1]), dtype=dtype or self.dtype, buffer=nl.sbuf)
+        rows[0:rn] = nl.load(_HeadViews.rows(view3, r0, rn))
         return rows
 
     def _transpose(self, dst: Tile, rows: list[tuple[Tile, int, int]]) -> None:
@@ -145,91 +172,100 @@ class _Backward:
                 for j, (_, c0, rn) in enumerate(group):
                     self.evictor.copy(dst[0:d, c0:c0 + rn], bank[0:d, j, 0:rn])
 
-    def item(self, dq, dk, dv, grad, q, k, v, out, lse) -> None:
+    def item(self, views: list[Tile], hn: int) -> None:
+        """All of `hn` heads of one batch item ([hn, s, x] views): the query side of every head
+        stays in SBUF, and each key block is loaded for all heads at once."""
+        dq, dk, dv, grad, q, k, v, out, lse = views
         s, d, nq = self.s, self.d, len(self.blocks)
-        q_rows = nl.ndarray((P, nq, d), dtype=self.dtype, buffer=nl.sbuf)
-        g_rows = nl.ndarray((P, nq, d), dtype=self.dtype, buffer=nl.sbuf)
-        q_t = nl.ndarray((P, s), dtype=self.dtype, buffer=nl.sbuf)
-        g_t = nl.ndarray((P, s), dtype=self.dtype, buffer=nl.sbuf)
-        neg_lse = nl.ndarray((P, nq), dtype=nl.float32, buffer=nl.sbuf)
-        row_term = nl.ndarray((P, nq), dtype=nl.float32, buffer=nl.sbuf)
-        dq_acc = nl.ndarray((P, nq, d), dtype=nl.float32, buffer=nl.sbuf)
+        q_rows = nl.ndarray((P, nq, hn, d), dtype=self.dtype, buffer=nl.sbuf)
+        g_rows = nl.ndarray((P, nq, hn, d), dtype=self.dtype, buffer=nl.sbuf)
+        q_t = nl.ndarray((P, hn, s), dtype=self.dtype, buffer=nl.sbuf)
+        g_t = nl.ndarray((P, hn, s), dtype=self.dtype, buffer=nl.sbuf)
+        neg_lse = nl.ndarray((P, hn, nq), dtype=nl.float32, buffer=nl.sbuf)
+        row_term = nl.ndarray((P, hn, nq), dtype=nl.float32, buffer=nl.sbuf)
+        dq_acc = nl.ndarray((P, nq, hn, d), dtype=nl.float32, buffer=nl.sbuf)
         for t, (q0, qr) in enumerate(self.blocks):
             with kernel_scope("query rows"):
-                q_rows[0:qr, t, :] = nl.load(q[q0:q0 + qr, :])
-                g_rows[0:qr, t, :] = nl.load(grad[q0:q0 + qr, :])
-                o_rows = self._rows(out, t)
-                parts = self._rows(lse, t, nl.float32)
-                total = nisa.tensor_reduce(np.add, parts[0:qr, 0:2], axis=(1,), keepdims=True)
-                neg_lse[0:qr, t:t + 1] = nisa.tensor_scalar(total, np.multiply, -1.0)
-                prod = nisa.tensor_tensor(g_rows[0:qr, t, :], o_rows[0:qr], np.multiply,
+                q_rows[0:qr, t, :, :] = nl.load(_HeadViews.rows(q, q0, qr))
+                g_rows[0:qr, t, :, :] = nl.load(_HeadViews.rows(grad, q0, qr))
+                o_rows = self._rows(out, t, hn)
+                parts = self._rows(lse, t, hn, nl.float32)
+                total = nisa.tensor_reduce(np.add, parts[0:qr], axis=(2,))
+                neg_lse[0:qr, :, t] = nisa.tensor_scalar(total, np.multiply, -1.0)
+                prod = nisa.tensor_tensor(g_rows[0:qr, t, :, :], o_rows[0:qr], np.multiply,
                                           dtype=nl.float32)
-                row_term[0:qr, t:t + 1] = nisa.tensor_reduce(np.add, prod, axis=(1,),
-                                                             keepdims=True)
-        for g0 in range(0, nq, 4):
-            group = range(g0, min(nq, g0 + 4))
-            self._transpose(q_t, [(q_rows[:, t, :], *self.blocks[t]) for t in group])
-            self._transpose(g_t, [(g_rows[:, t, :], *self.blocks[t]) for t in group])
-        first = [True] * nq
+                row_term[0:qr, :, t] = nisa.tensor_reduce(np.add, prod, axis=(2,))
+        for h in range(hn):
+            for g0 in range(0, nq, 4):
+                group = range(g0, min(nq, g0 + 4))
+                self._transpose(q_t[:, h, :], [(q_rows[:, t, h, :], *self.blocks[t])
+                                               for t in group])
+                self._transpose(g_t[:, h, :], [(g_rows[:, t, h, :], *self.blocks[t])
+                                               for t in group])
+        started: set[tuple[int, int]] = set()  # (query block, head) with dQ accumulated
+        side = (q_rows, g_rows, q_t, g_t, neg_lse, row_term, dq_acc, started)
         for kt, (k0, kr) in enumerate(self.blocks):
             with kernel_scope("key block"):
-                self._key_block(kt, k0, kr, k, v, dk, dv, q_rows, g_rows, q_t, g_t, neg_lse,
-                                row_term, dq_acc, first)
+                k_rows = self._rows(k, kt, hn)
+                v_rows = self._rows(v, kt, hn)
+                grads = [nl.ndarray((P, hn, d), dtype=t.dtype, buffer=nl.sbuf) for t in (dk, dv)]
+                for h in range(hn):
+                    with kernel_scope("head"):
+                        self._key_block(h, k0, kr, k_rows, v_rows, grads, side)
+                for rows, target in zip(grads, (dk, dv), strict=True):
+                    nl.store(_HeadViews.rows(target, k0, kr), value=rows[0:kr])
         for t, (q0, qr) in enumerate(self.blocks):
             with kernel_scope("dq rows"):
-                rows = nl.ndarray((P, d), dtype=dq.dtype, buffer=nl.sbuf)
-                if first[t]:  # no key reaches this query block (cannot happen when causal)
-                    rows[0:qr] = nisa.memset((qr, d), 0.0, dq.dtype)
-                else:
-                    rows[0:qr] = nisa.tensor_scalar(dq_acc[0:qr, t, :], np.multiply,
-                                                    self.scale, dtype=dq.dtype)
-                nl.store(dq[q0:q0 + qr, :], value=rows[0:qr])
+                rows = nl.ndarray((P, hn, d), dtype=dq.dtype, buffer=nl.sbuf)
+                for h in range(hn):
+                    if (t, h) not in started:  # no key reaches these queries (never if causal)
+                        rows[0:qr, h, :] = nisa.memset((qr, d), 0.0, dq.dtype)
+                        continue
+                    rows[0:qr, h, :] = nisa.tensor_scalar(dq_acc[0:qr, t, h, :], np.multiply,
+                                                          self.scale, dtype=dq.dtype)
+                nl.store(_HeadViews.rows(dq, q0, qr), value=rows[0:qr])
 
-    def _key_block(self, kt, k0, kr, k, v, dk, dv, q_rows, g_rows, q_t, g_t, neg_lse,
-                   row_term, dq_acc, first) -> None:
-        """One key block against every query block that sees it, software-pipelined over the
-        query blocks in three stages (each engine runs its instructions in program order, so
-        step i emits stage A of block i, B of block i-1 and C of block i-2: TensorE's products
-        of one block never wait on the exponentials or dS of the block before)."""
+    def _key_block(self, h, k0, kr, k_rows, v_rows, grads, side) -> None:
+        """One key block of head h against every query block that sees it, software-pipelined
+        over the query blocks in three stages (each engine runs its instructions in program
+        order, so step i emits stage A of block i, B of block i-1 and C of block i-2: TensorE's
+        products of one block never wait on the exponentials or dS of the block before)."""
         d = self.d
         if 2 * d > BANK_FP32:
             raise UnsupportedError(f"flash_attention_backward with head dim {d}")
-        k_rows = self._rows(k, kt)
-        v_rows = self._rows(v, kt)
         k_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
         v_t = nl.ndarray((P, P), dtype=self.dtype, buffer=nl.sbuf)
-        self._transpose(k_t, [(k_rows, 0, kr)])
-        self._transpose(v_t, [(v_rows, 0, kr)])
-        grads = nl.zeros((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
-        dk_acc, dv_acc = grads[:, 0:d], grads[:, d:2 * d]
+        self._transpose(k_t, [(k_rows[:, h, :], 0, kr)])
+        self._transpose(v_t, [(v_rows[:, h, :], 0, kr)])
+        acc = nl.zeros((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
+        dk_acc, dv_acc = acc[:, 0:d], acc[:, d:2 * d]
         wanted = [(t, q0, qr) for t, (q0, qr) in enumerate(self.blocks)
                   if not self.causal or q0 + qr - 1 >= k0]
         sets = [_BlockBuffers(self.dtype, d) for _ in range(min(3, len(wanted)))]
-        keys = (k0, kr, k_t, v_t, k_rows)
+        keys = (h, k0, kr, k_t, v_t, k_rows)
         for i in range(len(wanted) + 2):
             if i < len(wanted):
-                self._stage_scores(sets[i % 3], *wanted[i], keys, q_t, g_t, neg_lse, row_term)
+                self._stage_scores(sets[i % 3], *wanted[i], keys, side)
             if 0 <= i - 1 < len(wanted):
-                self._stage_key_grads(sets[(i - 1) % 3], *wanted[i - 1], kr, q_rows, g_rows,
-                                      dk_acc, dv_acc)
+                self._stage_key_grads(sets[(i - 1) % 3], *wanted[i - 1], keys, side, dk_acc,
+                                      dv_acc)
             if 0 <= i - 2 < len(wanted):
-                self._stage_query_grad(sets[(i - 2) % 3], *wanted[i - 2], keys, dq_acc, first)
-        for acc, target in ((dk_acc, dk), (dv_acc, dv)):
-            rows = nl.ndarray((P, d), dtype=target.dtype, buffer=nl.sbuf)
-            if not wanted:
-                rows[0:kr] = nisa.memset((kr, d), 0.0, target.dtype)
-            elif target is dk:
-                rows[0:kr] = nisa.tensor_scalar(acc[0:kr, :], np.multiply, self.scale,
-                                                dtype=target.dtype)
-            else:
-                rows[0:kr] = nisa.tensor_copy(acc[0:kr, :], dtype=target.dtype)
-            nl.store(target[k0:k0 + kr, :], value=rows[0:kr])
+                self._stage_query_grad(sets[(i - 2) % 3], *wanted[i - 2], keys, side)
+        dk_rows, dv_rows = grads
+        if not wanted:
+            for rows in grads:
+                rows[0:kr, h, :] = nisa.memset((kr, d), 0.0, rows.dtype)
+            return
+        dk_rows[0:kr, h, :] = nisa.tensor_scalar(dk_acc[0:kr, :], np.multiply, self.scale,
+                                                 dtype=dk_rows.dtype)
+        dv_rows[0:kr, h, :] = nisa.tensor_copy(dv_acc[0:kr, :], dtype=dv_rows.dtype)
 
-    def _stage_scores(self, b, t, q0, qr, keys, q_t, g_t, neg_lse, row_term) -> None:
+    def _stage_scores(self, b, t, q0, qr, keys, side) -> None:
         """A: scores and dP (TensorE), P = exp(scale * s - lse) (ScalarE), dS (VectorE)."""
         d = self.d
-        k0, kr, k_t, v_t, _ = keys
-        b.scores[0:qr, 0:kr] = nisa.nc_matmul(q_t[0:d, q0:q0 + qr], k_t[0:d, 0:kr])
+        h, k0, kr, k_t, v_t, _ = keys
+        _, _, q_t, g_t, neg_lse, row_term, _, _ = side
+        b.scores[0:qr, 0:kr] = nisa.nc_matmul(q_t[0:d, h, q0:q0 + qr], k_t[0:d, 0:kr])
         source = b.scores
         if self.causal and k0 + kr - 1 > q0:  # the block crosses the diagonal
             if q0 != k0:
@@ -239,29 +275,33 @@ class _Backward:
                 data=self.triangle[0:qr, 0:kr], op0=np.multiply, operand0=1.0 / self.scale,
                 op1=np.add, operand1=b.scores[0:qr, 0:kr])
             source = b.masked
-        b.dp[0:qr, 0:kr] = nisa.nc_matmul(g_t[0:d, q0:q0 + qr], v_t[0:d, 0:kr])
+        b.dp[0:qr, 0:kr] = nisa.nc_matmul(g_t[0:d, h, q0:q0 + qr], v_t[0:d, 0:kr])
         b.probs[0:qr, 0:kr] = nisa.activation(op=nl.exp, data=source[0:qr, 0:kr],
-                                              scale=self.scale, bias=neg_lse[0:qr, t:t + 1])
+                                              scale=self.scale, bias=neg_lse[0:qr, h, t:t + 1])
         b.ds[0:qr, 0:kr] = nisa.scalar_tensor_tensor(
-            data=b.dp[0:qr, 0:kr], op0=np.subtract, operand0=row_term[0:qr, t:t + 1],
+            data=b.dp[0:qr, 0:kr], op0=np.subtract, operand0=row_term[0:qr, h, t:t + 1],
             op1=np.multiply, operand1=b.probs[0:qr, 0:kr])
 
-    def _stage_key_grads(self, b, t, q0, qr, kr, q_rows, g_rows, dk_acc, dv_acc) -> None:
+    def _stage_key_grads(self, b, t, q0, qr, keys, side, dk_acc, dv_acc) -> None:
         """B: dV += P^T dO and dK += dS^T Q into PSUM, dS transposed (TensorE), evicted."""
-        dv_acc[0:kr, :] += nisa.nc_matmul(b.probs[0:qr, 0:kr], g_rows[0:qr, t, :])
-        dk_acc[0:kr, :] += nisa.nc_matmul(b.ds[0:qr, 0:kr], q_rows[0:qr, t, :])
+        h, _, kr = keys[:3]
+        q_rows, g_rows = side[:2]
+        dv_acc[0:kr, :] += nisa.nc_matmul(b.probs[0:qr, 0:kr], g_rows[0:qr, t, h, :])
+        dk_acc[0:kr, :] += nisa.nc_matmul(b.ds[0:qr, 0:kr], q_rows[0:qr, t, h, :])
         b.bank[0:kr, 0:qr] = nisa.nc_transpose(b.ds[0:qr, 0:kr])
         self.evictor.copy(b.ds_t[0:kr, 0:qr], b.bank[0:kr, 0:qr], engine="scalar")
 
-    def _stage_query_grad(self, b, t, q0, qr, keys, dq_acc, first) -> None:
+    def _stage_query_grad(self, b, t, q0, qr, keys, side) -> None:
         """C: this block's dS K (TensorE) added into dQ's fp32 accumulator (VectorE)."""
-        _, kr, _, _, k_rows = keys
-        b.dq[0:qr, :] = nisa.nc_matmul(b.ds_t[0:kr, 0:qr], k_rows[0:kr, 0:self.d])
-        if first[t]:
-            dq_acc[0:qr, t, :] = nisa.tensor_copy(b.dq[0:qr, :])
-            first[t] = False
+        h, _, kr, _, _, k_rows = keys
+        dq_acc, started = side[6:]
+        b.dq[0:qr, :] = nisa.nc_matmul(b.ds_t[0:kr, 0:qr], k_rows[0:kr, h, 0:self.d])
+        if (t, h) not in started:
+            dq_acc[0:qr, t, h, :] = nisa.tensor_copy(b.dq[0:qr, :])
+            started.add((t, h))
         else:
-            dq_acc[0:qr, t, :] = nisa.tensor_tensor(dq_acc[0:qr, t, :], b.dq[0:qr, :], np.add)
+            dq_acc[0:qr, t, h, :] = nisa.tensor_tensor(dq_acc[0:qr, t, h, :], b.dq[0:qr, :],
+                                                       np.add)
 
 
 class _BlockBuffers:

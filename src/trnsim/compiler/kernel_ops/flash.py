@@ -3,8 +3,9 @@
 Emitted by the lazy device's translation of ``trnsim::flash_attention`` and
 ``trnsim::flash_attention_backward`` (`trnsim.runtime.xla.flash` says when SDPA takes them). IR
 nodes have one output, so each packs its results: the forward [*b, s, d + 2] (out, then the
-log-sum-exp as hi and lo parts in the node's dtype), the backward [3, *b, s, d] (dq, dk, dv);
-the translation slices them apart (free views).
+log-sum-exp as hi and lo parts in the node's dtype), the backward [3, *outer, s, heads, d] (dq,
+dk, dv with a row of every head adjacent, as the projections that read them lay rows out); the
+translation slices and permutes them apart (free views).
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ def _backward_shape(inputs, attrs, graph):
     shape = _same("k.flash_attention_backward", [grad, q, k, v, o])
     if lse.shape != (*shape[:-1], 2):
         raise IRError(f"k.flash_attention_backward lse {lse.shape} != {(*shape[:-1], 2)}")
-    return (3, *shape), out_dtype(attrs)
+    return (3, *rows_outside_heads(shape)), out_dtype(attrs)
+
+
+def rows_outside_heads(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """[*outer, heads, s, d] -> [*outer, s, heads, d] (the backward's output layout)."""
+    return shape if len(shape) < 3 else (*shape[:-3], shape[-2], shape[-3], shape[-1])
 
 
 def _backward_reference(node, args, graph):
@@ -81,7 +87,8 @@ def _backward_reference(node, args, graph):
     ds = load(p * (np.matmul(grad, np.swapaxes(v, -1, -2)) - row), cd)
     dq = np.matmul(ds, k) * F32(a["scale"])
     dk = np.matmul(np.swapaxes(ds, -1, -2), q) * F32(a["scale"])
-    return np.stack([interpret.store(t, node.dtype) for t in (dq, dk, dv)])
+    grads = [interpret.store(t, node.dtype) for t in (dq, dk, dv)]
+    return np.stack([np.swapaxes(t, -3, -2) if t.ndim >= 3 else t for t in grads])
 
 
 def _backward_lower(lowering, node, out):
@@ -103,7 +110,8 @@ FLASH_ATTENTION_BACKWARD = KernelOp(
     doc="""
 operands (grad, q, k, v, out: [*b, s, d]; lse: [*b, s, 2] as hi, lo). With P rebuilt from lse:
 out[0] = dq = scale * dS k, out[1] = dk = scale * dS^T q, out[2] = dv = P^T grad, where
-dS = P * (grad v^T - rowsum(grad * out)). attrs: scale, causal, compute_dtype, dtype.
+dS = P * (grad v^T - rowsum(grad * out)), each as [*outer, s, heads, d] (axes -3, -2 swapped).
+attrs: scale, causal, compute_dtype, dtype.
 Kernel: ``flash_attention_backward_packed(out, grad, q, k, v, o, lse, *, scale, causal,
 compute_dtype)``.""")
 

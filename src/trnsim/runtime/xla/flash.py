@@ -102,7 +102,7 @@ class _Flash(torch.autograd.Function):
     def backward(ctx, grad, _grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = torch.ops.trnsim.flash_attention_backward(
-            grad.contiguous(), q, k, v, out, lse, ctx.scale, ctx.causal)
+            grad, q, k, v, out, lse, ctx.scale, ctx.causal)
         return dq, dk, dv, None, None
 
 
