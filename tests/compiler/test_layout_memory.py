@@ -45,6 +45,31 @@ def test_views_are_classified_and_given_access_patterns():
     assert bcast["fold"] == "dma" and bcast["access"] == (96, ((512, 2), (0, 5), (8, 4), (1, 8)))
 
 
+def test_a_row_broadcast_is_read_in_place_by_elementwise_kernels_only():
+    """A mean's gradient ([rows, 1] expanded along the rows): an element-wise kernel loads the
+    column once and spreads it on chip, so it reads the view in place; other readers get it
+    materialised (one descriptor per element otherwise)."""
+    def graph(reader: str):
+        g = Graph("broadcast")
+        x = g.add("input", (), {"index": 0, "shape": (64, 1), "dtype": "float32"})
+        y = g.add("input", (), {"index": 1, "shape": (64, 32), "dtype": "float32"})
+        wide = g.add("expand", [x], {"shape": (64, 32)})
+        if reader == "elementwise":
+            out = g.add("k.elementwise", [wide, y], {"program": (Step("mul", ("in0", "in1")),),
+                                                      "dtype": "float32"})
+        else:
+            out = g.add("k.reduce", [wide], {"op": "sum", "axes": (0,), "keepdim": False,
+                                             "prologue": (), "dtype": "float32"})
+        g.outputs = [out]
+        return choose_layout(g.verify(), V2)
+
+    def fold(g):
+        return next(n for n in g.nodes if n.op == "expand").attrs["fold"]
+
+    assert fold(graph("elementwise")) == "dma"
+    assert fold(graph("reduce")) == "copy"
+
+
 def test_reshape_strides_follows_numpys_no_copy_rule():
     assert reshape_strides([4, 6], [6, 1], [2, 2, 6]) == [12, 6, 1]
     assert reshape_strides([6, 4], [1, 6], [24]) is None  # a transposed matrix cannot flatten

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 FP32 = {"NEURON_CC_FLAGS": "--auto-cast none", "TRNSIM_XLA_TIMING": "off"}
 FAMILIES = ["linear", "matmul", "bmm", "elementwise", "gelu", "gelu_tanh", "tanh", "silu",
             "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "attention",
-            "sdpa", "sdpa_full", "sdpa_grouped", "sdpa_gqa", "reductions", "reshapes", "dropout",
+            "rms_norm", "sdpa", "sdpa_full", "sdpa_grouped", "sdpa_gqa", "reductions", "reshapes", "dropout",
             "conv_patch", "conv_strided", "conv_dilated", "conv_grouped", "conv_depthwise",
             "conv_over_padded", "conv1d", "conv_frozen_input", "layer_norm_frozen_input"]
 

@@ -45,6 +45,11 @@ def sdpa_gqa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
+def rms_norm(x, w):
+    """The planner's RMSNorm: its backward broadcasts the mean's gradient along the rows."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+
 def layer_norm(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
@@ -128,6 +133,7 @@ FAMILIES = {
     "embedding": (embedding, [(10, 8)]),
     "cross_entropy": (cross_entropy, [(6, 5)]),
     "attention": (attention, [(2, 6, 8), (2, 6, 8), (2, 6, 8)]),
+    "rms_norm": (rms_norm, [(2, 24, 160), (160,)]),
     "sdpa": (sdpa, [(1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]),
     "sdpa_full": (sdpa_full, [(2, 3, 130, 16), (2, 3, 130, 16), (2, 3, 130, 16)]),
     "sdpa_grouped": (sdpa_grouped, [(1, 4, 140, 32), (1, 2, 140, 32), (1, 2, 140, 32)]),

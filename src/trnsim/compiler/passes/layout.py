@@ -54,8 +54,10 @@ def choose_layout(graph: Graph, core) -> Graph:
             rw.keep(node, attrs=attrs)
         elif node.op in VIEWS:
             fold, pattern = _view_access(node, ins[0], access)
+            readers = TRANSPOSING_READERS + (BROADCAST_READERS if _broadcast_rows(pattern[1])
+                                             else ())
             if fold == "dma" and _transposing(pattern[1]) and (id(node) in outputs or any(
-                    u.op not in TRANSPOSING_READERS for u in users[node])):
+                    u.op not in readers for u in users[node])):
                 fold = "copy"
             attrs = {**node.attrs, "fold": fold, "access": pattern[:2]}
             new = rw.keep(node, attrs=attrs)
@@ -69,6 +71,18 @@ def choose_layout(graph: Graph, core) -> Graph:
 # Kernels that read a transposing view well: TensorE takes either operand's layout (k.matmul),
 # a view's own fold is judged when it is laid out (views)
 TRANSPOSING_READERS = ("k.matmul", *VIEWS)
+
+
+# Kernels that read a row broadcast (a [rows, 1] value repeated along the innermost axis, e.g.
+# a mean's gradient) in place: their loads take the column once and spread it on chip
+# (`kernels.layout.load_block`), so materialising the broadcast would only add HBM traffic
+BROADCAST_READERS = ("k.elementwise",)
+
+
+def _broadcast_rows(dims: tuple[tuple[int, int], ...]) -> bool:
+    """The innermost axis of size > 1 repeats one element (stride 0)."""
+    moving = [(stride, size) for stride, size in dims if size > 1]
+    return bool(moving) and moving[-1][0] == 0
 
 
 def _transposing(dims: tuple[tuple[int, int], ...]) -> bool:
