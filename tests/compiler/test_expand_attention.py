@@ -52,6 +52,33 @@ def test_generic_causal_attention_matches_pytorch():
     assert float((out - ref).abs().max()) < 1e-4 * float(ref.abs().max()) + 1e-5
 
 
+def test_a_boolean_mask_is_one_additive_bias_the_softmax_reads():
+    """As PyTorch's reference (masked_fill of a zero bias, then +=): the select runs once on the
+    mask for every layer, and the add is the softmax kernel's mask operand, so no kernel reads
+    and writes the [b, heads, s, s] scores besides the matmuls and the softmax."""
+    from trnsim.compiler.capture import capture
+    from trnsim.compiler.passes import run_pipeline
+
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=1000)
+    model = transformers.BertModel(cfg).eval()
+    ids = torch.zeros((2, 32), dtype=torch.long)
+    graph = capture(model, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    kernels = run_pipeline(graph, CompileOptions(model_type="generic"))
+    softmaxes = [n for n in kernels.nodes if n.op == "k.softmax"]
+    assert len(softmaxes) == 3 and all(n.attrs["mask_kind"] == "bias" for n in softmaxes)
+    assert len({id(n.inputs[1]) for n in softmaxes}) == 1  # one bias for every layer
+    # the padding mask and its bias keep the [b, 1, 1, sk] values transformers widens to
+    # [b, 1, sq, sk] (and-ed with a true [sq, 1]): the softmax reads them through a broadcast
+    bias = softmaxes[0].inputs[1]
+    assert bias.shape == (2, 1, 32, 32) and bias.op == "expand"
+    assert bias.inputs[0].op == "k.elementwise" and bias.inputs[0].shape == (2, 1, 1, 32)
+    scores = (2, 4, 32, 32)
+    readers = [n for n in kernels.nodes if n.op.startswith("k.")
+               and any(i.shape == scores for i in n.inputs)]
+    assert sorted(n.op for n in readers) == ["k.matmul"] * 3 + ["k.softmax"] * 3
+
+
 def test_model_type_is_checked():
     with pytest.raises(InvalidArgumentError, match="model_type='bert'"):
         CompileOptions(model_type="bert")

@@ -54,6 +54,21 @@ def test_fold_turns_the_mask_into_one_constant_and_drops_identities():
     same_numbers(g, f, [np.arange(16, dtype=np.float32).reshape(4, 4)])
 
 
+def test_and_with_an_all_true_constant_is_the_other_operand_broadcast():
+    """transformers widens a [b, 1, 1, s] padding mask to [b, 1, s, s] by and-ing it with a
+    true [s, 1]: fold keeps the padding mask's values and broadcasts them (a view)."""
+    g = Graph("mask")
+    pad = g.add("cast", [inp(g, 0, (2, 1, 1, 8), "int32")], {"dtype": "bool_"})
+    true = g.add_constant(np.ones((1, 1, 8, 1), bool), name="true")
+    some = g.add_constant(np.tri(8, dtype=bool).reshape(1, 1, 8, 8), name="tri")
+    g.outputs = [g.add("bitwise_and", [true, pad]), g.add("logical_and", [pad, some])]
+    f = fold(g.verify()).verify()
+    first, second = f.outputs
+    assert first.op == "expand" and first.inputs[0].shape == (2, 1, 1, 8)
+    assert second.op == "logical_and"  # not all true: kept
+    same_numbers(g, f, [np.random.default_rng(0).integers(0, 2, (2, 1, 1, 8), dtype=np.int32)])
+
+
 def test_folded_float_to_int_casts_truncate_like_torch():
     """T5's relative-position buckets: (log(|i - j| / 8) / log(16) * 8).to(long) on constants.
     A pending cast rounds to nearest; .to(torch.long) truncates toward zero."""

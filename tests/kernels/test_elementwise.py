@@ -143,3 +143,19 @@ def test_narrow_rows_move_several_row_tiles_per_dma(rng):
     np.testing.assert_array_equal(result.output, (grad - x * stat) + bias)
     dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
     assert len(dmas) <= 16, len(dmas)
+
+
+def test_a_mask_broadcast_over_heads_keeps_the_rows_on_all_partitions(rng):
+    """scores [b, h, s, s] + mask [b, 1, s, s]: the mask's stride-0 head axis cannot fold
+    into rows, and in the views' own order the best tiling was [h, s * s] on h = 16
+    partitions; with the query axis moved before the heads each block is [s on partitions,
+    h, s] and the mask's head axis a free axis broadcast on chip."""
+    x = rng.standard_normal((2, 16, 128, 128)).astype(np.float32)
+    mask = rng.standard_normal((2, 1, 128, 128)).astype(np.float32)
+    result = run(elementwise, [[x, mask]], x.shape, "float32",
+                 program=lambda t: nl.add(t[0], t[1]))
+    np.testing.assert_array_equal(result.output, x + mask)
+    computes = [i for i in result.program.instructions if not i.OPCODE.startswith("Dma")
+                and i.writes()]
+    assert computes and all(w.partitions == 128 for i in computes for w in i.writes()), \
+        sorted({w.partitions for i in computes for w in i.writes()})

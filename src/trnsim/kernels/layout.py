@@ -322,8 +322,59 @@ def problems_2d(shape: Sequence[int], views: Sequence[Tile], banded: bool = Fals
         if total - per * P:
             out.append([hbm_view(f, (1, total - per * P), (0, 1), offset=per * P) for f in flat])
         return out
-    rank = len(shape)
+    # elementwise work may take its axes in any order (every view the same): besides the
+    # views' own order, try each axis moved forward, so that a broadcast operand's stride-0 axis
+    # (attention's mask over heads, [b, 1, s, s] against [b, h, s, s] scores) becomes a free axis
+    # of the access pattern and the rows behind it fill the partitions ([s, h, s] blocks on 128
+    # partitions instead of [h, s * s] on 16)
     best = None
+    for order in _axis_orders(len(shape)):
+        moved = [_permuted(v, order) for v in views] if order is not None else list(views)
+        plan = _best_plan(tuple(shape[i] for i in order) if order else shape, moved, banded)
+        if best is None or plan[0] > best[0]:
+            best = (*plan, moved)
+    if best is None or best[1] is None:  # cannot happen: k = rank - 1 always merges
+        raise InvalidArgumentError(f"cannot tile views of shape {list(shape)}")
+    _, choice, moved = best
+    loops = moved[0].shape[:choice[0]]
+    import numpy as np
+
+    out = []
+    for index in (np.ndindex(*loops) if choice[0] else [()]):
+        key = tuple(int(i) for i in index)
+        picked = [v[key] if key else v for v in moved]
+        if len(choice) == 3:
+            k, s, t = choice
+            out.append([_grouped(v, (s - k, t - k)) for v in picked])
+        else:
+            k, s = choice
+            out.append([merged(v, s - k) for v in picked])
+    return out
+
+
+def _axis_orders(rank: int) -> list[tuple[int, ...] | None]:
+    """The views' own axis order (None) and every order with one axis but the last moved forward
+    (the last stays last: it is the axis DMA reads contiguously)."""
+    orders: list[tuple[int, ...] | None] = [None]
+    for j in range(1, rank - 1):
+        for i in range(j):
+            axes = [a for a in range(rank) if a != j]
+            axes.insert(i, j)
+            orders.append(tuple(axes))
+    return orders
+
+
+def _permuted(view: Tile, order: tuple[int, ...]) -> Tile:
+    shape, strides = view.shape, hbm_strides(view)
+    return hbm_view(view, tuple(shape[i] for i in order), tuple(strides[i] for i in order))
+
+
+def _best_plan(shape: tuple[int, ...], views: Sequence[Tile], banded: bool
+               ) -> tuple[tuple, tuple[int, ...] | None]:
+    """(score, choice) of the best tiling of views in this axis order: choice (k, s) loops over
+    axes [:k] with rows [k:s] and columns [s:], or (k, s, t) with [rows, a, b] bands."""
+    rank = len(shape)
+    best: tuple[tuple, tuple[int, ...] | None] = ((-1, 0), None)
     for k in range(rank):
         for s in range(k, rank + 1):
             rows, cols = numel(shape[k:s]), numel(shape[s:])
@@ -331,35 +382,22 @@ def problems_2d(shape: Sequence[int], views: Sequence[Tile], banded: bool = Fals
             if any(merged(p, s - k) is None for p in probe):
                 continue
             score = (min(rows, P) * min(cols, 4096), -k)
-            if best is None or score > best[0]:
-                best = (score, k, s)
-    if best is None:  # cannot happen: k = rank - 1 always merges
-        raise InvalidArgumentError(f"cannot tile views of shape {list(shape)}")
-    import numpy as np
-
-    band = _best_band(shape, views, best[0]) if banded else None
-    if band is not None:
-        k, s, t = band
-        return [[_grouped(v[key] if key else v, (s - k, t - k)) for v in views]
-                for key in (tuple(int(i) for i in index)
-                            for index in (np.ndindex(*shape[:k]) if k else [()]))]
-    _, k, s = best
-    out = []
-    for index in (np.ndindex(*shape[:k]) if k else [()]):
-        key = tuple(int(i) for i in index)
-        out.append([merged(v[key] if key else v, s - k) for v in views])
-    return out
+            if score > best[0]:
+                best = (score, (k, s))
+    band = _best_band(shape, views, best[0]) if banded and best[1] is not None else None
+    return best if band is None else band
 
 
 def _grouped(view: Tile, bounds: tuple[int, int]) -> Tile | None:
     """`view` as [rows, a, b]: axes [:bounds[0]], [bounds[0]:bounds[1]] and [bounds[1]:] each
-    merged into one strided axis (none of stride 0), or None."""
+    merged into one strided axis (the rows not of stride 0: `load_block` broadcasts a or b on
+    chip), or None."""
     shape, strides = view.shape, hbm_strides(view)
     edges = (0, *bounds, len(shape))
     sizes, steps = [], []
     for lo, hi in itertools.pairwise(edges):
         axis = _merge_uniform(shape[lo:hi], strides[lo:hi])
-        if axis is None or (axis[0] > 1 and axis[1] == 0):
+        if axis is None or (lo == 0 and axis[0] > 1 and axis[1] == 0):
             return None
         sizes.append(axis[0])
         steps.append(axis[1])
@@ -367,9 +405,9 @@ def _grouped(view: Tile, bounds: tuple[int, int]) -> Tile | None:
 
 
 def _best_band(shape: tuple[int, ...], views: Sequence[Tile], flat_score: tuple
-               ) -> tuple[int, int, int] | None:
-    """(loop axes, row axes end, band split) of the best [rows, a, b] tiling, if it beats the
-    best 2-D one's score."""
+               ) -> tuple[tuple, tuple[int, int, int]] | None:
+    """(score, (loop axes, row axes end, band split)) of the best [rows, a, b] tiling, if it
+    beats the best 2-D one's score."""
     rank = len(shape)
     best = None
     for k in range(rank):
@@ -384,7 +422,7 @@ def _best_band(shape: tuple[int, ...], views: Sequence[Tile], flat_score: tuple
                 score = (min(rows, P) * min(a * b, 4096), -k)
                 if score > flat_score and (best is None or score > best[0]):
                     best = (score, k, s, t)
-    return None if best is None else best[1:]
+    return None if best is None else (best[0], best[1:])
 
 
 def row_problems(views: Sequence[Tile], kept: int) -> list[list[Tile]]:

@@ -58,16 +58,32 @@ def _weights(ins: list[Node], graph: Graph) -> bool:
 
 
 def simplify(graph: Graph) -> Graph:
-    """Remove identities: x+0, x-0, x*1, x/1, casts to the same type, no-op views."""
+    """Remove identities: x+0, x-0, x*1, x/1, casts to the same type, no-op views; a boolean
+    ``x & all-true`` is ``x`` broadcast (an expand view), so a padding mask that transformers
+    widens to [b, 1, sq, sk] by and-ing it with a true [sq, 1] keeps its [b, 1, 1, sk] values."""
     rw = Rewriter(graph)
     for node in graph.nodes:
         ins = rw.operands(node)
         same = _identity_operand(node, ins)
         if same is not None and same.shape == node.shape and same.dtype == node.dtype:
             rw.replace(node, same)
+        elif (kept := _and_with_true(node, ins, rw.new)) is not None:
+            rw.replace(node, rw.emit("expand", [kept], {"shape": node.shape}, source=node.source))
         else:
             rw.keep(node)
     return rw.finish()
+
+
+def _and_with_true(node: Node, ins: list[Node], graph: Graph) -> Node | None:
+    """The operand of a boolean and whose other operand is a constant of only true values (the
+    result is that operand broadcast to the node's shape), else None."""
+    if node.op not in ("bitwise_and", "logical_and") or not node.dtype.is_bool:
+        return None
+    for kept, other in ((ins[0], ins[1]), (ins[1], ins[0])):
+        if kept.dtype.is_bool and other.op == "constant" and kept.shape != node.shape \
+                and graph.constant(other).value().all():
+            return kept
+    return None
 
 
 def _identity_operand(node: Node, ins: list[Node]) -> Node | None:
