@@ -22,7 +22,8 @@ from trnsim.hardware.spec import fingerprint
 CACHE_ENV = "TRNSIM_CACHE_DIR"
 # What decides a lowered program (an edited kernel must never read a stale cached program),
 # and what decides a report of it (the simulator, the fabric, the report itself).
-PROGRAM_CODE = ("kernels", "compiler/lowering", "nki", "isa", "hardware")
+# (a k.* node is lowered by its record in compiler/kernel_ops, which calls the kernels)
+PROGRAM_CODE = ("kernels", "compiler/lowering", "compiler/kernel_ops", "nki", "isa", "hardware")
 REPORT_CODE = ("sim", "collectives", "runtime", "compiler/compile.py")
 _CODE_DIGESTS: dict[tuple[str, ...], str] = {}
 # torch.export, the NKI tracer and the lowering keep per-process state (the current trace, the

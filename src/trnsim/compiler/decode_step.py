@@ -28,6 +28,11 @@ import torch
 
 from trnsim.errors import InvalidArgumentError
 
+# The step's arguments that are the device's own KV cache, not data the host sends each step:
+# Neuron's LLM stacks keep the cache in device memory across steps (transformers-neuronx's and
+# NxD Inference's KV cache is device state updated in place by each graph).
+CACHE_INPUTS = ("past_keys", "past_values")
+
 
 def decode_step(model: Any, *, batch: int = 1, context: int = 128, seed: int = 0
                 ) -> tuple[DecodeStep, dict[str, Any]]:
@@ -60,7 +65,8 @@ def decode_step(model: Any, *, batch: int = 1, context: int = 128, seed: int = 0
                         generator=generator)
     step = DecodeStep(model)
     step.training = model.training  # a new module starts in train mode; mirror the model's
-    return step, {"input_ids": ids, "past_keys": cache(), "past_values": cache()}
+    keys, values = CACHE_INPUTS
+    return step, {"input_ids": ids, keys: cache(), values: cache()}
 
 
 def _kv_heads(config: Any) -> int:

@@ -264,18 +264,27 @@ class _Attention:
                     self._query_block(index, q0, qr, q_rows[:, b, :, :], k_t, values)
 
     def _values(self, v_view: Tile, key_tiles: list[tuple[int, int]]) -> Tile:
-        """V rows of `key_tiles` (of a [heads, keys, dv] view) as [keys on partitions, tiles,
-        heads, dv] in the compute dtype."""
+        """V rows of `key_tiles` (of a [heads, keys, dv] view) as [keys on partitions, heads,
+        tiles, dv] in the compute dtype (a head's tiles adjacent: see `_load_groups`)."""
         v_heads = 1 if self.v_shared else self.heads
-        values = nl.ndarray((P, len(key_tiles), v_heads, self.dv), dtype=self.dtype,
+        values = nl.ndarray((P, v_heads, len(key_tiles), self.dv), dtype=self.dtype,
                             buffer=nl.sbuf)
         for t0, count, rows in self._key_row_groups(v_view, key_tiles):
-            if count:
-                values[:, t0:t0 + count, :, :] = nl.load(rows[:, :, 0:v_heads, :])
-            else:
-                kr = key_tiles[t0][1]
-                values[0:kr, t0, :, :] = nl.load(rows[:, 0:v_heads, :])
+            self._load_groups(values, rows, t0, count, v_heads, key_tiles[t0][1])
         return values
+
+    @staticmethod
+    def _load_groups(dst: Tile, rows: Tile, t0: int, count: int, heads: int, kr: int) -> None:
+        """dst [P, heads, tiles, x] <- one `_key_row_groups` load. Interleaved tiles move one
+        DMA per head: each partition's share is then one run of `count` consecutive rows on
+        both sides (a load of all heads at once breaks it into one row per head and tile), and
+        each head's DMA depends only on writes to that head's rows (a decode step's new key,
+        written into the cache just before, delays only the group holding it)."""
+        if not count:
+            dst[0:kr, :, t0, :] = nl.load(rows[:, 0:heads, :])
+            return
+        for h in range(heads):
+            dst[:, h, t0:t0 + count, :] = nl.load(rows[:, :, h, :])
 
     def _streamed_item(self, index: tuple[int, ...]) -> None:
         """Keys past what SBUF holds for one head: per group of query blocks, one pass over the
@@ -366,15 +375,12 @@ class _Attention:
             return k_t
         for t0, count, view in self._key_row_groups(k_view, key_tiles):
             with kernel_scope("key rows"):
-                rows = nl.ndarray((P, max(count, 1), heads, self.d), dtype=self.dtype,
+                rows = nl.ndarray((P, heads, max(count, 1), self.d), dtype=self.dtype,
                                   buffer=nl.sbuf)
-                if count:
-                    rows[:, 0:count, :, :] = nl.load(view[:, :, 0:heads, :])
-                else:
-                    rows[0:key_tiles[t0][1], 0, :, :] = nl.load(view[:, 0:heads, :])
+                self._load_groups(rows, view, 0, count, heads, key_tiles[t0][1])
                 for j in range(max(count, 1)):
                     k0, kr = key_tiles[t0 + j]
-                    self._transpose_rows(k_t[:, :, k0:k0 + kr], rows[:, j, :, :], kr, packs)
+                    self._transpose_rows(k_t[:, :, k0:k0 + kr], rows[:, :, j, :], kr, packs)
         return k_t
 
     def _key_row_groups(self, view3: Tile, key_tiles: list[tuple[int, int]]):
@@ -578,7 +584,7 @@ class _Attention:
         vh = 0 if self.v_shared else h
         for t, (_, kr) in enumerate(key_tiles):
             acc[0:qr, 0, 0:self.dv] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
-                                                      values[0:kr, t, vh, :])
+                                                      values[0:kr, vh, t, :])
             acc[0:qr, 0, self.dv:self.dv + 1] += nisa.nc_matmul(probs_t[0:kr, t, 0:qr],
                                                                 ones[0:kr, 0:1])
         used_max = nl.ndarray((P, 1), dtype=self.dtype, buffer=nl.sbuf)
@@ -684,8 +690,8 @@ class _Attention:
         for g in range(hn):
             for t, (_, kr) in enumerate(key_tiles):
                 acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
-                                                  values[0:kr, first_tile + t,
-                                                         0 if self.v_shared else h0 + g, :])
+                                                  values[0:kr, 0 if self.v_shared else h0 + g,
+                                                         first_tile + t, :])
         return acc
 
     # --- masks ---------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ scatters, top-k, concatenation, padding, and the collective of a tensor-parallel
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from trnsim.compiler.errors import IRError
@@ -197,7 +199,14 @@ def _concat_lower(lowering, node, out):
     update = lowering.slot_update(node)
     if update is not None:
         base, key, src = update  # the rebuilt tensor is `base` with one part replaced
-        lowering.call(node, kernels().copy, base[key], lowering.tile(src))
+        source = lowering.tile(src)
+        axis = node.attrs["axis"] % node.rank
+        # one copy per index of the axes before the written one (a KV cache's batch and heads):
+        # each writes one row of `base`, so reads of the other positions of those rows (the
+        # cached keys a decode step attends to) depend only on the rows they share with it
+        for lead in itertools.product(*(range(n) for n in node.shape[:axis])):
+            lowering.call(node, kernels().copy, base[(*lead, *key[axis:])],
+                          source[(*lead, *(slice(None),) * (node.rank - axis))])
         lowering.env[id(node)] = base
         return
     lowering.call(node, kernels().concat, out, [lowering.tile(n) for n in node.inputs],
