@@ -1,10 +1,11 @@
 """Results computed again from unchanged inputs: the compiler keeps the first, not the repeat.
 
 neuronx-cc runs middle-end transformations on NKI kernels unless a kernel opts out
-(``@nki.compiler.skip_middle_end_transformations`` in [L] nki.compiler); common-subexpression
-elimination and loop-invariant code motion are among them. The fused Mamba tutorial shows the
-effect (nki/guides/tutorials/fused_mamba.rst): ``mamba_v2`` moves the loads of ``delta``/``u``
-out of the ``state`` loop, after which ``delta * u`` is the same in every state, and its
+(``@nki.compiler.skip_middle_end_transformations`` in [L] nki.compiler). The documentation does
+not list those transformations; that common-subexpression elimination and loop-invariant code
+motion are among them is trnsim's inference from the fused Mamba tutorial's figures
+(nki/guides/tutorials/fused_mamba.rst): ``mamba_v2`` moves the loads of ``delta``/``u`` out of
+the ``state`` loop, after which ``delta * u`` is the same in every state, and its
 VectorE time per (channel tile, state) falls from ~4.7k cycles (``mamba_v1``: 2.34 ms at 92%
 VectorE-active, 512 iterations) to ~3.5k (1.61 ms at 99.6%), one ``2N`` tensor_tensor less.
 
