@@ -73,6 +73,38 @@ def test_softmax_matches_reference(rng, shape, axis, log, masked):
     assert_close(result.output, ref.softmax(x * np.float32(0.7) + bias, axis, log), "float32")
 
 
+@pytest.mark.parametrize("log,masked", [(False, False), (True, False), (False, True)])
+def test_softmax_of_many_short_rows_moves_several_rows_per_dma(rng, log, masked):
+    """Attention's scores [b*h*s, s]: each partition takes consecutive rows, so 20 x 128 rows
+    of 128 are a few large DMAs (they were a load and a store per 128 rows: 40); the 40-row tail
+    goes the usual way."""
+    rows, cols = 20 * 128 + 40, 128
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    kwargs, bias = {}, 0
+    if masked:
+        bias = rng.standard_normal((rows, cols)).astype(np.float32)
+        kwargs["mask"] = bias
+    result = run(softmax, [x], x.shape, "float32", axis=1, scale=0.7, log=log, **kwargs)
+    assert_close(result.output, ref.softmax(x * np.float32(0.7) + bias, 1, log), "float32")
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= (6 if masked else 4) + 3, len(dmas)
+
+
+@pytest.mark.parametrize("rows", [4 * 128, 100])  # banded rows, and the 128-row tile path
+def test_safe_softmax_gives_zeros_for_rows_that_are_all_minus_infinity(rng, rows):
+    """PyTorch's `_safe_softmax` (scaled_dot_product_attention's math path): a row that is all
+    -inf is zeros, not NaN; other rows, with some -inf, are plain softmax."""
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    x[3, :] = -np.inf
+    x[5, ::2] = -np.inf
+    result = run(softmax, [x], x.shape, "float32", axis=1, safe=True)
+    want = ref.softmax(x, 1, safe=True)
+    assert not np.isnan(want).any() and (want[3] == 0).all()
+    assert_close(result.output, want, "float32")
+    plain = run(softmax, [x], x.shape, "float32", axis=1)
+    assert np.isnan(plain.output[3]).all()  # softmax itself keeps PyTorch's NaN
+
+
 @pytest.mark.parametrize("shape,axis", [((130, 5000), 1), ((20, 30, 4), 1)])
 def test_cumsum(rng, shape, axis):
     x = rng.standard_normal(shape).astype(np.float32)

@@ -345,6 +345,16 @@ def _softmax(cx: Translator, x: Node, dim: int, half_to_float: bool = False) -> 
     return cx.emit(op, [x], axis=norm_axis(dim, x.rank))
 
 
+@aten("_safe_softmax.default")
+def _safe_softmax(cx: Translator, x: Node, dim: int, dtype: Any = None) -> Node:
+    """softmax whose all -inf rows give zeros (scaled_dot_product_attention's math path): one
+    softmax kernel with `safe`, not PyTorch's decomposition (softmax, an all(x == -inf)
+    reduction and a select, three passes over the scores)."""
+    if dtype is not None and x.dtype != cx.out_dtype():
+        x = cx.emit("cast", [x], dtype=cx.out_dtype().name)
+    return cx.emit("softmax", [x], axis=norm_axis(dim, x.rank), safe=True)
+
+
 @aten("cumsum.default")
 def _cumsum(cx: Translator, x: Node, dim: int, dtype: Any = None) -> Node:
     out = cx.emit("cumsum", [x], axis=norm_axis(dim, x.rank))

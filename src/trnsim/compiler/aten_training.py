@@ -1,4 +1,4 @@
-"""Translations the backward pass needs beyond inference: scatters.
+"""Translations the backward pass needs beyond inference: scatters, activation derivatives.
 
 After PyTorch's decompositions, a training step's backward adds few operators to what the
 forward uses: `scatter` (the one-hot gradient of `nll_loss`, of `gather`) and `index_put` with
@@ -8,10 +8,15 @@ a select (one fused pass when each position has one index, as `nll_loss`'s backw
 embedding's gradient is rows added into a zeroed table by indirect DMA with read-add-write
 (``dma_copy(dst_rmw_op=add)``: the `scatter` IR op with `accumulate`), its work proportional to
 the tokens, not to tokens x vocabulary as a one-hot matmul's would be.
+
+The derivatives of GELU (erf form) and SiLU are ScalarE activation functions (NKI's
+`gelu_dx`, `silu_dx`): their backward is one activation pass and one multiply by the
+gradient, not PyTorch's decomposition into a dozen element-wise steps.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trnsim.compiler.aten import TRANSLATIONS, Translator, aten
@@ -134,6 +139,38 @@ def _random_fill(cx: Translator, x: Node, *args: Any, **kwargs: Any) -> Node:
     fills the tensor from its own generator in one pass; the IR has no random op, so a fill of
     the same size stands in (the values come from the caller, as for dropout)."""
     return cx.emit("full", shape=x.shape, value=0.0, dtype=x.dtype.name)
+
+
+def _matching(cx: Translator, out: Node) -> Node:
+    want = cx.out_dtype()
+    return out if out.dtype == want else cx.emit("cast", [out], dtype=want.name)
+
+
+@aten("gelu_backward.default")
+def _gelu_backward(cx: Translator, grad: Node, x: Node, approximate: str = "none") -> Node:
+    """grad * GELU'(x): ScalarE's `gelu_dx` for the erf form; the tanh form's derivative as
+    PyTorch writes it (NKI has no tanh-GELU derivative function)."""
+    if approximate != "tanh":
+        return _matching(cx, cx.emit("mul", [grad, cx.emit("gelu_dx", [x])]))
+    beta, kappa = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5, 0.044715
+    square = cx.emit("mul", [x, x])
+    inner = cx.emit("mul", [cx.tensor(beta), cx.emit("add", [
+        x, cx.emit("mul", [cx.tensor(kappa), cx.emit("mul", [square, x])])])])
+    tanh = cx.emit("tanh", [inner])
+    left = cx.emit("mul", [cx.tensor(0.5), x])
+    right = cx.emit("add", [cx.tensor(1.0), tanh])
+    slope = cx.emit("mul", [cx.tensor(beta), cx.emit("add", [
+        cx.tensor(1.0), cx.emit("mul", [cx.tensor(3.0 * kappa), square])])])
+    right_dx = cx.emit("mul", [cx.emit("mul", [left, cx.emit("sub", [
+        cx.tensor(1.0), cx.emit("mul", [tanh, tanh])])]), slope])
+    dx = cx.emit("add", [cx.emit("mul", [cx.tensor(0.5), right]), right_dx])
+    return _matching(cx, cx.emit("mul", [grad, dx]))
+
+
+@aten("silu_backward.default")
+def _silu_backward(cx: Translator, grad: Node, x: Node) -> Node:
+    """grad * SiLU'(x), SiLU's derivative one ScalarE activation (`silu_dx`)."""
+    return _matching(cx, cx.emit("mul", [grad, cx.emit("silu_dx", [x])]))
 
 
 _inference_layer_norm = TRANSLATIONS["aten.native_layer_norm.default"]

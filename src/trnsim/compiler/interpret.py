@@ -129,6 +129,19 @@ def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))).astype(F32)
 
 
+def gelu_dx(x: np.ndarray) -> np.ndarray:
+    """d/dx of x * Phi(x) (erf GELU): Phi(x) + x * phi(x)."""
+    x64 = x.astype(np.float64)
+    cdf = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0)).astype(np.float64))
+    return (cdf + x64 * np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)).astype(F32)
+
+
+def silu_dx(x: np.ndarray) -> np.ndarray:
+    """d/dx of x * sigmoid(x): s * (1 + x * (1 - s))."""
+    s = _sigmoid(x)
+    return (s * (1.0 + x * (1.0 - s))).astype(F32)
+
+
 def _clamp(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     lo, hi = attrs.get("min"), attrs.get("max")
     if lo is not None:
@@ -152,6 +165,7 @@ UNARY: dict[str, Callable[[np.ndarray, dict[str, Any]], np.ndarray]] = {
     "sigmoid": lambda x, a: _sigmoid(x),
     "gelu": lambda x, a: gelu(x, a.get("approximate", "none")),
     "silu": lambda x, a: (x * _sigmoid(x)).astype(F32), "erf": lambda x, a: erf(x),
+    "gelu_dx": lambda x, a: gelu_dx(x), "silu_dx": lambda x, a: silu_dx(x),
     "sin": lambda x, a: np.sin(x), "cos": lambda x, a: np.cos(x),
     "logical_not": lambda x, a: ~(x.astype(bool)),
 }
@@ -272,18 +286,23 @@ def _reduce(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     return reduce(node.op, args[0], a["axes"], a["keepdim"], node.dtype, a.get("correction", 1))
 
 
-def softmax(x: np.ndarray, axis: int, log: bool = False) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int, log: bool = False, safe: bool = False) -> np.ndarray:
+    """`safe`: rows that are all -inf give zeros (PyTorch's `_safe_softmax`), not NaN."""
     x = compute(x, True)
-    shifted = x - np.max(x, axis=axis, keepdims=True)
     with np.errstate(invalid="ignore"):
+        shifted = x - np.max(x, axis=axis, keepdims=True)
         e = np.exp(shifted)
         total = e.sum(axis=axis, keepdims=True)
-        return (shifted - np.log(total)) if log else e / total
+        out = (shifted - np.log(total)) if log else e / total
+    if safe:
+        out = np.where(np.all(x == -np.inf, axis=axis, keepdims=True), np.float32(0), out)
+    return out
 
 
 @rule("softmax", "log_softmax")
 def _softmax(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
-    return store(softmax(args[0], node.attrs["axis"], node.op == "log_softmax"), node.dtype)
+    return store(softmax(args[0], node.attrs["axis"], node.op == "log_softmax",
+                         bool(node.attrs.get("safe", False))), node.dtype)
 
 
 @rule("cumsum")

@@ -170,7 +170,7 @@ register("arange", "leaf", _arange, ("start", "end", "step", "dtype"), "start, s
 # --- elementwise ---------------------------------------------------------------------------
 UNARY_SAME = ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "clamp")
 UNARY_FLOAT = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "gelu", "silu",
-               "erf", "sin", "cos")
+               "erf", "sin", "cos", "gelu_dx", "silu_dx")  # *_dx: derivatives (backward)
 BINARY_ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
                 "fmod")
 BINARY_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")

@@ -413,8 +413,10 @@ class _Reducer:
 
 
 def softmax(out: Tile, x: Tile, *, axis: int, scale: float = 1.0, log: bool = False,
-            mask: Tile | None = None) -> None:
-    """softmax (or log_softmax) over `axis` of x * scale (+ mask), statistics in fp32."""
+            mask: Tile | None = None, safe: bool = False) -> None:
+    """softmax (or log_softmax) over `axis` of x * scale (+ mask), statistics in fp32. `safe`:
+    a row that is all -inf gives zeros (PyTorch's `_safe_softmax`, what scaled_dot_product_
+    attention's math path calls) instead of NaN, from two [rows, 1] clamps, not extra passes."""
     axis = axis % x.ndim
     with kernel_scope("softmax"):
         operands = [out, x] + ([broadcast_to_shape(mask, x.shape)] if mask is not None else [])
@@ -423,9 +425,68 @@ def softmax(out: Tile, x: Tile, *, axis: int, scale: float = 1.0, log: bool = Fa
             out2, x2 = problem[0], problem[1]
             mask2 = problem[2] if mask is not None else None
             rows, cols = x2.shape
-            for t in nl.affine_range(ceil_div(rows, P)):
-                r0, rr = t * P, min(P, rows - t * P)
-                _softmax_rows(out2, x2, mask2, r0, rr, cols, float(scale), log)
+            done = _softmax_narrow(out2, x2, mask2, float(scale), log, safe)
+            for t in nl.affine_range(ceil_div(rows - done, P)):
+                r0, rr = done + t * P, min(P, rows - done - t * P)
+                _softmax_rows(out2, x2, mask2, r0, rr, cols, float(scale), log, safe)
+
+
+def _banded_rows(view: Tile, bands: int, j0: int, jn: int) -> Tile:
+    """Rows of a [rows, cols] view as [128, jn, cols]: partition p holds rows p*bands + j0 ..
+    p*bands + j0 + jn - 1 (consecutive rows, one run per partition when rows are dense)."""
+    row_step, col_step = hbm_strides(view)
+    return hbm_view(view, (P, jn, view.shape[1]), (bands * row_step, row_step, col_step),
+                    offset=j0 * row_step)
+
+
+def _softmax_narrow(out: Tile, x: Tile, mask: Tile | None, scale: float, log: bool,
+                    safe: bool) -> int:
+    """Many short rows (attention's [b*h*sq, sk] scores): each partition takes consecutive
+    rows, so one DMA per operand moves [128, rows-per-partition, cols] (runs of >= 2 KiB, the
+    DMA guide's efficient size) instead of a load and a store per 128 rows; the per-row max and
+    sum are [128, rows-per-partition] columns of one VectorE reduction each, broadcast back by
+    stride-0 access patterns. Returns how many leading rows it computed (0: rows too few or too
+    long; `_softmax_rows` takes the rest)."""
+    rows, cols = x.shape
+    bands = rows // P
+    if bands < 2 or 4 * cols > CHUNK or (mask is not None and hbm_strides(mask)[1] != 1):
+        return 0
+    per = max(1, CHUNK // 2 // cols)
+    for j0, jn in tiles(bands, per):
+        with kernel_scope("softmax rows"):
+            block = nl.ndarray((P, jn, cols), dtype=x.dtype, buffer=nl.sbuf)
+            block[...] = nl.load(_banded_rows(x, bands, j0, jn))
+            values = block
+            if mask is not None:
+                bias = nl.ndarray((P, jn, cols), dtype=mask.dtype, buffer=nl.sbuf)
+                bias[...] = nl.load(_banded_rows(mask, bands, j0, jn))
+                values = nisa.scalar_tensor_tensor(data=block, op0=np.multiply, operand0=scale,
+                                                   op1=np.add, operand1=bias)
+            elif scale != 1.0:
+                values = nisa.tensor_scalar(block, np.multiply, scale, dtype=nl.float32)
+            neg_max = nisa.tensor_reduce(np.max, values, axis=(2,), negate=True,
+                                         dtype=nl.float32)
+            if safe:  # an all -inf row: -max = +inf would make exp(-inf + inf) NaN
+                neg_max = nisa.tensor_scalar(neg_max, np.minimum, BIG, dtype=nl.float32)
+            spread = neg_max.ap([[jn, P], [1, jn], [0, cols]])
+            shifted = nisa.tensor_tensor(values, spread, np.add, dtype=nl.float32)
+            result = nl.ndarray((P, jn, cols), dtype=out.dtype, buffer=nl.sbuf)
+            if log:
+                total = nisa.tensor_reduce(np.add, nisa.activation(op=nl.exp, data=shifted),
+                                           axis=(2,), dtype=nl.float32)
+                log_sum = nisa.activation(op=nl.log, data=total, dtype=nl.float32)
+                result[...] = nisa.tensor_tensor(shifted, log_sum.ap([[jn, P], [1, jn], [0, cols]]),
+                                                 np.subtract)
+            else:
+                probs = nisa.activation(op=nl.exp, data=shifted, dtype=nl.float32)
+                total = nisa.tensor_reduce(np.add, probs, axis=(2,), dtype=nl.float32)
+                inverse = nisa.reciprocal(total, dtype=nl.float32)
+                if safe:  # an all -inf row sums to 0: 1/0 clamped, so its zeros stay zeros
+                    inverse = nisa.tensor_scalar(inverse, np.minimum, BIG, dtype=nl.float32)
+                result[...] = nisa.tensor_tensor(probs, inverse.ap([[jn, P], [1, jn], [0, cols]]),
+                                                 np.multiply)
+            nl.store(_banded_rows(out, bands, j0, jn), value=result)
+    return P * bands
 
 
 # Rows up to this many fp32 bytes per partition stay in SBUF between the two passes; longer
@@ -447,7 +508,7 @@ def _shifted_chunk(view: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, c0:
 
 
 def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols: int,
-                  scale: float, log: bool) -> None:
+                  scale: float, log: bool, safe: bool = False) -> None:
     """Pass 1: per chunk, shifted = x * scale + mask (kept in SBUF when the row is short), running
     max and sum (the sum rescaled by exp(old max - new max)); pass 2: exp(shifted - max) / sum,
     or shifted - max - log(sum)."""
@@ -475,6 +536,8 @@ def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols:
         new_max[0:rr] = (nisa.tensor_copy(chunk_max) if i == 0
                          else nisa.tensor_tensor(run_max[0:rr], chunk_max, np.maximum))
         neg = nisa.tensor_scalar(new_max[0:rr], np.multiply, -1.0, dtype=nl.float32)
+        if safe:  # an all -inf row so far: keep exp(-inf - max) at 0, not NaN
+            neg = nisa.tensor_scalar(neg, np.minimum, BIG, dtype=nl.float32)
         chunk_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         junk = new_junk(cw)
         junk[0:rr, 0:cw] = nisa.activation(op=nl.exp, data=view, bias=neg, reduce_op=nl.add,
@@ -489,11 +552,15 @@ def _softmax_rows(out: Tile, x: Tile, mask: Tile | None, r0: int, rr: int, cols:
                                                       operand1=chunk_sum[0:rr])
         run_max[0:rr] = nisa.tensor_copy(new_max[0:rr])
     neg_max = nisa.tensor_scalar(run_max[0:rr], np.multiply, -1.0, dtype=nl.float32)
+    if safe:
+        neg_max = nisa.tensor_scalar(neg_max, np.minimum, BIG, dtype=nl.float32)
     if log:
         log_sum = nisa.activation(op=nl.log, data=run_sum[0:rr], dtype=nl.float32)
         shift = nisa.tensor_tensor(neg_max, log_sum, np.subtract, dtype=nl.float32)
     else:
         inverse = nisa.reciprocal(run_sum[0:rr], dtype=nl.float32)
+        if safe:
+            inverse = nisa.tensor_scalar(inverse, np.minimum, BIG, dtype=nl.float32)
     for c0, cw in chunks:
         if keep:
             chunk = shifted[0:rr, c0:c0 + cw]

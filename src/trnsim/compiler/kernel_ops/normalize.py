@@ -89,22 +89,24 @@ def _softmax_reference(node, args, graph):
         x = x * F32(a["scale"])
     if a["mask_kind"] == "bias":
         x = x + interpret.compute(args[1], True)
-    return interpret.store(interpret.softmax(x, a["axis"], a["log"]), node.dtype)
+    return interpret.store(interpret.softmax(x, a["axis"], a["log"], bool(a.get("safe", False))),
+                           node.dtype)
 
 
 def _softmax_lower(lowering, node, out):
     a, ins = node.attrs, node.inputs
     mask = lowering.tile(ins[1]) if len(ins) > 1 else None
     lowering.call(node, kernels().softmax, out, lowering.tile(ins[0]), axis=a["axis"],
-                  scale=a["scale"], log=a["log"], mask=mask)
+                  scale=a["scale"], log=a["log"], mask=mask, safe=bool(a.get("safe", False)))
 
 
 SOFTMAX = KernelOp(
     "k.softmax", ("axis", "scale", "log", "mask_kind", "dtype"),
     _softmax_shape, _softmax_reference, _softmax_lower, doc="""
 operands (x[, mask]). softmax (or log_softmax if log) over `axis` of x * scale (+ mask).
-attrs: axis (normalised), scale, log, mask_kind ("none" | "bias"), dtype.
-Kernel: ``softmax(out, x, *, axis, scale=1.0, log=False, mask=None)``.""")
+attrs: axis (normalised), scale, log, mask_kind ("none" | "bias"), dtype; optional safe (rows
+that are all -inf give zeros, as PyTorch's `_safe_softmax`).
+Kernel: ``softmax(out, x, *, axis, scale=1.0, log=False, mask=None, safe=False)``.""")
 
 
 def _norm_shape(inputs, attrs, graph):

@@ -20,7 +20,7 @@ from trnsim.nki.tile import Tile
 _ACTIVATIONS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal":
                 "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "silu": "silu", "erf": "erf",
                 "sin": "sin", "cos": "cos", "abs": "abs", "sign": "sign", "relu": "relu",
-                "floor": "floor", "ceil": "ceil"}
+                "floor": "floor", "ceil": "ceil", "gelu_dx": "gelu_dx", "silu_dx": "silu_dx"}
 _BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "pow",
            "maximum": "max", "minimum": "min", "remainder": "mod", "fmod": "mod",
            "bitwise_and": "bitwise_and",

@@ -125,7 +125,8 @@ def _gather(kind: str):
 def _softmax(rw: Rewriter, graph: Graph, node: Node) -> Node:
     return rw.emit("k.softmax", rw.operands(node), {
         "axis": node.attrs["axis"], "scale": 1.0, "log": node.op == "log_softmax",
-        "mask_kind": "none", "dtype": node.dtype.name}, source=node.source, name="softmax")
+        "mask_kind": "none", "dtype": node.dtype.name,
+        **({"safe": True} if node.attrs.get("safe") else {})}, source=node.source, name="softmax")
 
 
 def _layer_norm(rw: Rewriter, graph: Graph, node: Node) -> Node:

@@ -72,8 +72,8 @@ def _softmax(rw: Rewriter, graph: Graph, node: Node, users: dict[Node, list[Node
     inputs = [rw.get(x)] + ([rw.get(mask)] if mask is not None else [])
     return rw.emit("k.softmax", inputs, {
         "axis": node.attrs["axis"], "scale": scale, "log": node.op == "log_softmax",
-        "mask_kind": "bias" if mask is not None else "none", "dtype": node.dtype.name},
-        source=node.source, name="softmax")
+        "mask_kind": "bias" if mask is not None else "none", "dtype": node.dtype.name,
+        **({"safe": True} if node.attrs.get("safe") else {})}, source=node.source, name="softmax")
 
 
 def _match_rms(node: Node, graph: Graph, users: dict[Node, list[Node]], outputs: set[int]
