@@ -278,3 +278,41 @@ def test_attention_sized_batches_move_several_items_per_dma():
     assert len(dmas) <= 8, len(dmas)
     matmuls = [i for i in result.program.instructions if i.OPCODE == "MultiplyMoving"]
     assert len(matmuls) == 32  # one TensorE pass per item
+
+
+def test_head_views_of_projections_are_grouped_in_place(rng):
+    """Attention's q and k as [b, h, s, d] views of [b, s, h*d] projections: the b and h axes do
+    not step as one, so b is looped and each b's heads are grouped per DMA (the views were
+    copied into dense [b*h, s, d] tensors first); a result whose items are written transposed
+    (a key's gradient into its [b, s, h, d] place) is computed as B^T @ A^T, also grouped."""
+    b, s, h, d = 2, 128, 4, 64
+    q = rng.standard_normal((b, s, h * d)).astype(np.float32)
+    k = rng.standard_normal((b, s, h * d)).astype(np.float32)
+
+    def heads(t):  # [b, s, h*d] -> [b, h, s, d]
+        return np.swapaxes(t.reshape(b, s, h, d), 1, 2)
+
+    def scores(out, x, y):
+        qv = hbm_view(x, (b, h, s, d), (s * h * d, d, h * d, 1))
+        kv = hbm_view(y, (b, h, d, s), (s * h * d, d, 1, h * d))  # k^T
+        matmul(out, qv, kv)
+
+    result = run(scores, [q, k], (b, h, s, s), "float32")
+    want = np.matmul(heads(q), np.swapaxes(heads(k), -1, -2))
+    assert_close(result.output, want, "bfloat16")
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 3 * b * 2, len(dmas)
+
+    def key_grad_in_place(out, g, x):  # dk^T[b, h, d, s] = q^T @ g, written into [b, s, h, d]
+        gv = hbm_view(g, (b, h, s, s), (h * s * s, s * s, s, 1))
+        qv = hbm_view(x, (b, h, d, s), (s * h * d, d, 1, h * d))
+        matmul(hbm_view(out, (b, h, d, s), (s * h * d, d, 1, h * d)), qv, gv)
+
+    g = rng.standard_normal((b, h, s, s)).astype(np.float32)
+    result = run(key_grad_in_place, [g, q], (b, s, h * d), "float32")
+    want = np.swapaxes(np.matmul(np.swapaxes(heads(q), -1, -2), g), -1, -2)  # [b, h, s, d]
+    assert_close(result.output.reshape(b, s, h, d), np.swapaxes(want, 1, 2), "bfloat16")
+    matmuls = [i for i in result.program.instructions if i.OPCODE == "MultiplyMoving"]
+    assert len(matmuls) == b * h
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 3 * b * 2, len(dmas)

@@ -86,7 +86,23 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
     res = Batched.of(out, nb)
     ext = [Batched.of(e, nb) for e in extras]
     if lhs is None or rhs is None or res is None or any(e is None for e in ext):
-        return False
+        if nb < 2:
+            return False
+        # batch axes that do not step as one ([batch, heads] of a [b, s, h, d] tensor read
+        # as [b, h, s, d]): the leading axis is looped, the rest grouped per DMA. Every index
+        # has the same strides, so the first index decides for all (nothing is emitted when
+        # it declines)
+        for i in range(batch[0]):
+            done = grouped_matmul(out[i], a[i], b[i], [e[i] for e in extras], batch[1:],
+                                  transpose_a, transpose_b, compute_dtype, bias, epilogue)
+            if not done:
+                return False
+        return True
+    if res.strides[2] != 1 and res.strides[1] == 1 and bias is None:
+        # items written transposed (a key's gradient into a [b, s, h, d] tensor): out^T =
+        # B^T @ A^T, whose items are rows in place (element-wise epilogues commute with it)
+        return grouped_matmul(_swapped(out), b, a, [_swapped(e) for e in extras], batch,
+                              not transpose_b, not transpose_a, compute_dtype, None, epilogue)
     k = lhs.shape[1]
     count = prod(batch)
     if count < 2 or m > P or k > P or n > BANK_FP32 or res.strides[2] != 1 \
@@ -111,6 +127,13 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
                 _group(lhs, rhs, res, ext, g0, gn, (m, k, n), a_rows, b_rows, compute_dtype,
                        bias_tile, epilogue, evictor)
     return True
+
+
+def _swapped(tile: Tile) -> Tile:
+    """`tile` [*batch, r, c] viewed as [*batch, c, r]."""
+    strides = hbm_strides(tile)
+    return hbm_view(tile, (*tile.shape[:-2], tile.shape[-1], tile.shape[-2]),
+                    (*strides[:-2], strides[-1], strides[-2]))
 
 
 def _group(lhs: Batched, rhs: Batched, res: Batched, ext: list[Batched], g0: int, gn: int,

@@ -443,10 +443,12 @@ def _softmax_narrow(out: Tile, x: Tile, mask: Tile | None, scale: float, log: bo
                     safe: bool) -> int:
     """Many short rows (attention's [b*h*sq, sk] scores): each partition takes consecutive
     rows, so one DMA per operand moves [128, rows-per-partition, cols] (runs of >= 2 KiB, the
-    DMA guide's efficient size) instead of a load and a store per 128 rows; the per-row max and
-    sum are [128, rows-per-partition] columns of one VectorE reduction each, broadcast back by
-    stride-0 access patterns. Returns how many leading rows it computed (0: rows too few or too
-    long; `_softmax_rows` takes the rest)."""
+    DMA guide's efficient size) instead of a load and a store per 128 rows. Per block, the rows'
+    maxima are one VectorE reduction; exp(x - max) with its row sum is one ScalarE activation
+    per row band (the per-partition bias and accumulator the row-tile path uses); the
+    normalisation is one VectorE multiply by the sums' inverse broadcast through a stride-0
+    access pattern. Returns how many leading rows it computed (0: rows too few or too long;
+    `_softmax_rows` takes the rest)."""
     rows, cols = x.shape
     bands = rows // P
     if bands < 2 or 4 * cols > CHUNK or (mask is not None and hbm_strides(mask)[1] != 1):
@@ -457,29 +459,35 @@ def _softmax_narrow(out: Tile, x: Tile, mask: Tile | None, scale: float, log: bo
             block = nl.ndarray((P, jn, cols), dtype=x.dtype, buffer=nl.sbuf)
             block[...] = nl.load(_banded_rows(x, bands, j0, jn))
             values = block
-            if mask is not None:
-                bias = nl.ndarray((P, jn, cols), dtype=mask.dtype, buffer=nl.sbuf)
-                bias[...] = nl.load(_banded_rows(mask, bands, j0, jn))
-                values = nisa.scalar_tensor_tensor(data=block, op0=np.multiply, operand0=scale,
-                                                   op1=np.add, operand1=bias)
-            elif scale != 1.0:
-                values = nisa.tensor_scalar(block, np.multiply, scale, dtype=nl.float32)
+            if mask is not None or scale != 1.0:
+                values = nl.ndarray((P, jn, cols), dtype=nl.float32, buffer=nl.sbuf)
+                if mask is not None:
+                    bias = nl.ndarray((P, jn, cols), dtype=mask.dtype, buffer=nl.sbuf)
+                    bias[...] = nl.load(_banded_rows(mask, bands, j0, jn))
+                    values[...] = nisa.scalar_tensor_tensor(data=block, op0=np.multiply,
+                                                            operand0=scale, op1=np.add,
+                                                            operand1=bias)
+                else:
+                    values[...] = nisa.tensor_scalar(block, np.multiply, scale)
+            # the maximum of bf16 values is a bf16 value: reduced in bf16 (VectorE's fast mode)
             neg_max = nisa.tensor_reduce(np.max, values, axis=(2,), negate=True,
-                                         dtype=nl.float32)
+                                         dtype=values.dtype)
             if safe:  # an all -inf row: -max = +inf would make exp(-inf + inf) NaN
                 neg_max = nisa.tensor_scalar(neg_max, np.minimum, BIG, dtype=nl.float32)
-            spread = neg_max.ap([[jn, P], [1, jn], [0, cols]])
-            shifted = nisa.tensor_tensor(values, spread, np.add, dtype=nl.float32)
+            probs = nl.ndarray((P, jn, cols), dtype=nl.float32, buffer=nl.sbuf)
+            total = nl.ndarray((P, jn), dtype=nl.float32, buffer=nl.sbuf)
+            for j in range(jn):
+                probs[:, j, :] = nisa.activation(op=nl.exp, data=values[:, j, :],
+                                                 bias=neg_max[:, j:j + 1], reduce_op=nl.add,
+                                                 reduce_res=total[:, j:j + 1],
+                                                 reduce_cmd=nisa.reduce_cmd.reset_reduce)
             result = nl.ndarray((P, jn, cols), dtype=out.dtype, buffer=nl.sbuf)
-            if log:
-                total = nisa.tensor_reduce(np.add, nisa.activation(op=nl.exp, data=shifted),
-                                           axis=(2,), dtype=nl.float32)
-                log_sum = nisa.activation(op=nl.log, data=total, dtype=nl.float32)
-                result[...] = nisa.tensor_tensor(shifted, log_sum.ap([[jn, P], [1, jn], [0, cols]]),
-                                                 np.subtract)
+            if log:  # x - max - log(sum)
+                shift = nisa.tensor_tensor(neg_max, nisa.activation(op=nl.log, data=total),
+                                           np.subtract, dtype=nl.float32)
+                result[...] = nisa.tensor_tensor(values, shift.ap([[jn, P], [1, jn], [0, cols]]),
+                                                 np.add)
             else:
-                probs = nisa.activation(op=nl.exp, data=shifted, dtype=nl.float32)
-                total = nisa.tensor_reduce(np.add, probs, axis=(2,), dtype=nl.float32)
                 inverse = nisa.reciprocal(total, dtype=nl.float32)
                 if safe:  # an all -inf row sums to 0: 1/0 clamped, so its zeros stay zeros
                     inverse = nisa.tensor_scalar(inverse, np.minimum, BIG, dtype=nl.float32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from trnsim.compiler.ir import Graph, Node, Rewriter
+from trnsim.compiler.ops import kind
 from trnsim.compiler.passes.match import is_number, is_transpose_last2, operand_pairs
 
 
@@ -168,6 +169,90 @@ def transpose_products(graph: Graph) -> Graph:
     return rw.finish()
 
 
+def elementwise_before_transpose(graph: Graph) -> Graph:
+    """op(x^T, numbers) -> op(x, numbers)^T: an element-wise op whose one tensor operand is a
+    transposing view (its last axis moved) runs on the view's base, and the view moves after
+    it. scaled_dot_product_attention scales k^T (``k.transpose(-2, -1) * sqrt(scale)``); read
+    by an element-wise kernel, a transposing view is materialised first (a transpose per
+    [128, d] block), while TensorE reads the scaled k's transpose in place (XLA's algebraic
+    simplifier sinks transposes below element-wise ops the same way)."""
+    rw = Rewriter(graph)
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    for node in graph.nodes:
+        tensors = [i for i, x in enumerate(node.inputs) if x.shape != ()]
+        x = node.inputs[tensors[0]] if len(tensors) == 1 else None
+        if (kind(node.op) == "elementwise" and x is not None and x.op == "permute"
+                and x.shape == node.shape and x.attrs["dims"][-1] != x.rank - 1
+                and _read_by_tensor_engine(node, users, outputs)):
+            ins = list(rw.operands(node))
+            ins[tensors[0]] = rw.get(x.inputs[0])
+            base = rw.emit(node.op, ins, dict(node.attrs), source=node.source)
+            rw.replace(node, rw.emit("permute", [base], {"dims": tuple(x.attrs["dims"])},
+                                     source=node.source))
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
+def _read_by_tensor_engine(node: Node, users: dict[Node, list[Node]], outputs: set[int]) -> bool:
+    """Every reader of `node` is a matmul, directly or through views (which TensorE reads in
+    any layout); a transposed result read by anything else would be materialised anyway."""
+    if id(node) in outputs or not users[node]:
+        return False
+    return all(u.op == "matmul" or (u.op in ("reshape", "permute", "expand", "slice")
+                                    and _read_by_tensor_engine(u, users, outputs))
+               for u in users[node])
+
+
+def unmerged_batch_axes(graph: Graph) -> Graph:
+    """bmm(A.reshape(b*h, m, k), B.reshape(b*h, k, n)) -> matmul(A, B).reshape(b*h, m, n) when
+    an operand's reshape only merges batch axes (possibly read transposed: the backward's
+    ``bmm(grad, v.reshape(b*h, s, d).transpose(1, 2))``). Attention's per-head products read
+    q, k and v as [b, h, s, d] views of [b, s, h*d] projections, whose b and h axes do not merge
+    into one strided axis: merged, each operand would be copied into a dense [b*h, s, d] tensor
+    first; unmerged, the matmul kernel reads the view in place (TensorE takes either layout)."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        lead = _merged_batch(node)
+        if lead is None:
+            rw.keep(node)
+            continue
+        ins = [_unmerged(rw, i, lead) for i in node.inputs]
+        product = rw.emit("matmul", ins, dict(node.attrs), source=node.source)
+        rw.replace(node, rw.emit("reshape", [product], {"shape": node.shape},
+                                 source=node.source))
+    return rw.finish()
+
+
+_SWAP_LAST2 = (0, 2, 1)
+
+
+def _merged_batch(node: Node) -> tuple[int, ...] | None:
+    """The batch axes a rank-3 matmul's operand was merged from (by a reshape of a rank >= 4
+    tensor whose last two axes it keeps), when every operand has that batch; else None."""
+    if node.op != "matmul" or node.rank != 3 or any(i.rank != 3 for i in node.inputs):
+        return None
+    for x in node.inputs:
+        if x.op == "permute" and tuple(x.attrs["dims"]) == _SWAP_LAST2:
+            x = x.inputs[0]
+        if x.op == "reshape" and x.inputs[0].rank >= 4 and \
+                x.inputs[0].shape[-2:] == x.shape[-2:]:
+            lead = tuple(x.inputs[0].shape[:-2])
+            if all(i.shape[0] == node.shape[0] == math.prod(lead) for i in node.inputs):
+                return lead
+    return None
+
+
+def _unmerged(rw: Rewriter, x: Node, lead: tuple[int, ...]) -> Node:
+    """Operand `x` [batch, r, c] as [*lead, r, c]: a transpose of its last two axes stays one."""
+    if x.op == "permute" and tuple(x.attrs["dims"]) == _SWAP_LAST2:
+        inner = _unmerged(rw, x.inputs[0], lead)
+        n = len(lead)
+        return rw.emit("permute", [inner], {"dims": (*range(n), n + 1, n)}, source=x.source)
+    return rw.emit("reshape", [rw.get(x)], {"shape": (*lead, *x.shape[-2:])}, source=x.source)
+
+
 def canonicalize(graph: Graph) -> Graph:
     return fold_views(transpose_products(recognize_activations(global_pools_to_means(
-        fold_views(graph)))))
+        unmerged_batch_axes(elementwise_before_transpose(fold_views(graph)))))))
