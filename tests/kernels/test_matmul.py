@@ -316,3 +316,24 @@ def test_head_views_of_projections_are_grouped_in_place(rng):
     assert len(matmuls) == b * h
     dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
     assert len(dmas) <= 3 * b * 2, len(dmas)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, True), (True, False)])
+def test_items_past_one_tensor_engine_pass_are_grouped(rng, transpose_a, transpose_b):
+    """ViT's 197 tokens: per-head items of [197, 64] @ [64, 197] (rows past 128 stationary
+    columns) and [197, 197] @ [197, 64] (a contraction past 128 partitions, accumulated in
+    PSUM) are grouped per DMA like items of one pass, not run one problem at a time."""
+    heads, s, d = 6, 197, 64
+    x = rng.standard_normal((heads, s, d) if not transpose_a else (heads, d, s)).astype(np.float32)
+    y = rng.standard_normal((heads, s, d)).astype(np.float32)
+    result = run(matmul, [x, y], (heads, s, s), "float32", transpose_a=transpose_a,
+                 transpose_b=transpose_b) if transpose_b else None
+    if transpose_b:  # scores: q @ k^T
+        want = np.matmul(loaded(x, "bfloat16"), np.swapaxes(loaded(y, "bfloat16"), 1, 2))
+    else:  # grad of v: p^T @ g with p [heads, s, s]
+        x = rng.standard_normal((heads, s, s)).astype(np.float32)
+        result = run(matmul, [x, y], (heads, s, d), "float32", transpose_a=True)
+        want = np.matmul(np.swapaxes(loaded(x, "bfloat16"), 1, 2), loaded(y, "bfloat16"))
+    assert_close(result.output, want, "bfloat16")
+    dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
+    assert len(dmas) <= 12, len(dmas)

@@ -38,6 +38,9 @@ from trnsim.numerics import dtype as as_dtype
 # the output): groups rotate, so two are in flight; 24 KiB each stays inside the headroom a
 # kernel leaves (`layout.KERNEL_HEADROOM_BYTES`).
 GROUP_SBUF_BYTES = 24 * 1024
+# Contractions up to this many 128-partition tiles are grouped (accumulated in PSUM per item):
+# attention's products over a sequence a little past 128 (ViT's 197 tokens)
+MAX_K_TILES = 4
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,28 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
                               not transpose_b, not transpose_a, compute_dtype, None, epilogue)
     k = lhs.shape[1]
     count = prod(batch)
-    if count < 2 or m > P or k > P or n > BANK_FP32 or res.strides[2] != 1 \
+    if count < 2 or k > MAX_K_TILES * P or n > BANK_FP32 or res.strides[2] != 1 \
             or any(e.strides[2] != 1 for e in ext):
         return False
+    if m > P:  # rows past one stationary tile (ViT's 197 tokens): one grouped pass per 128
+        # rows; every pass meets the same conditions, so the first decides for all
+        for r0, rr in tiles(m, P):
+            rows = _rows(r0, rr, nb)
+            a_rows_of = a[(*rows[:nb], slice(None), rows[nb])] if transpose_a else a[rows]
+            if not grouped_matmul(out[rows], a_rows_of, b, [e[rows] for e in extras], batch,
+                                  transpose_a, transpose_b, compute_dtype, bias, epilogue):
+                return False
+        return True
+    if rhs.strides[2] != 1 and n > P:  # B's items transposed on TensorE, at most 128 columns
+        # at a time: one grouped pass per 128 columns of the result
+        for c0, cw in tiles(n, P):
+            cols = (*(slice(None),) * (nb + 1), slice(c0, c0 + cw))
+            b_cols = b[cols] if not transpose_b else b[(*cols[:nb], slice(c0, c0 + cw))]
+            if not grouped_matmul(out[cols], a, b_cols, [e[cols] for e in extras], batch,
+                                  transpose_a, transpose_b, compute_dtype,
+                                  bias[c0:c0 + cw] if bias is not None else None, epilogue):
+                return False
+        return True
     # the stationary side wants [k, m] (k on partitions): K-major items ([m, k] stepping by 1
     # along m) load as they are, rows (k contiguous) are transposed; the moving side wants
     # [k, n]: rows of n load as they are, items with k contiguous are transposed
@@ -115,8 +137,15 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
     b_rows = rhs.strides[2] != 1
     if (not a_rows and lhs.strides[1] != 1) or (b_rows and (rhs.strides[1] != 1 or n > P)):
         return False
+    # a contraction past 128 partitions accumulates its 128-row parts in PSUM
+    parts = tiles(k, P)
+    lhs_parts = [Batched.of(_k_part(a, nb, k0, kw, not transpose_a), nb, transpose_a)
+                 for k0, kw in parts]
+    rhs_parts = [Batched.of(_k_part(b, nb, k0, kw, transpose_b), nb, transpose_b)
+                 for k0, kw in parts]
     cbytes = as_dtype(compute_dtype).itemsize
-    per_item = (cbytes * (m + (k if a_rows else 0)) + cbytes * (n + (k if b_rows else 0))
+    per_item = (len(parts) * (cbytes * (m + (P if a_rows else 0)) + cbytes * (n + (P if b_rows
+                                                                               else 0)))
                 + out.dtype_spec.itemsize * n + sum(e.tile.dtype_spec.itemsize * n for e in ext))
     group = max(1, min(count, GROUP_SBUF_BYTES // per_item))
     evictor = Evictor()
@@ -124,8 +153,8 @@ def grouped_matmul(out: Tile, a: Tile, b: Tile, extras: Sequence[Tile], batch: t
     with kernel_scope("grouped matmul"):
         for g0, gn in tiles(count, group):
             with kernel_scope("matmul group"):
-                _group(lhs, rhs, res, ext, g0, gn, (m, k, n), a_rows, b_rows, compute_dtype,
-                       bias_tile, epilogue, evictor)
+                _group(lhs_parts, rhs_parts, res, ext, g0, gn, (m, n), a_rows, b_rows,
+                       compute_dtype, bias_tile, epilogue, evictor)
     return True
 
 
@@ -136,12 +165,26 @@ def _swapped(tile: Tile) -> Tile:
                     (*strides[:-2], strides[-1], strides[-2]))
 
 
-def _group(lhs: Batched, rhs: Batched, res: Batched, ext: list[Batched], g0: int, gn: int,
-           mkn: tuple[int, int, int], a_rows: bool, b_rows: bool, compute_dtype,
+def _rows(r0: int, rr: int, nb: int) -> tuple:
+    """Index of rows r0..r0+rr of every item of a [*batch, r, c] tile."""
+    return (*(slice(None),) * nb, slice(r0, r0 + rr))
+
+
+def _k_part(t: Tile, nb: int, k0: int, kw: int, k_last: bool) -> Tile:
+    """Contraction indices k0..k0+kw of operand `t` [*batch, r, c], k its last axis or not."""
+    index = (*(slice(None),) * nb, slice(None), slice(k0, k0 + kw)) if k_last else \
+        (*(slice(None),) * nb, slice(k0, k0 + kw))
+    return t[index]
+
+
+def _group(lhs_parts: list[Batched], rhs_parts: list[Batched], res: Batched, ext: list[Batched],
+           g0: int, gn: int, mn: tuple[int, int], a_rows: bool, b_rows: bool, compute_dtype,
            bias_tile: Tile | None, epilogue, evictor: Evictor) -> None:
-    m, k, n = mkn
-    a_t = _operand(lhs, g0, gn, a_rows, a_rows, (k, m), compute_dtype, evictor)  # [k, gn, m]
-    b_t = _operand(rhs, g0, gn, b_rows, not b_rows, (k, n), compute_dtype, evictor)
+    m, n = mn
+    pairs = [(_operand(lhs, g0, gn, a_rows, a_rows, (lhs.shape[1], m), compute_dtype, evictor),
+              _operand(rhs, g0, gn, b_rows, not b_rows, (rhs.shape[0], n), compute_dtype,
+                       evictor), lhs.shape[1]) for lhs, rhs in zip(lhs_parts, rhs_parts,
+                                                                    strict=True)]
     blocks = []
     for e in ext:
         block = nl.ndarray((m, gn, n), dtype=e.tile.dtype, buffer=nl.sbuf)
@@ -151,7 +194,12 @@ def _group(lhs: Batched, rhs: Batched, res: Batched, ext: list[Batched], g0: int
     for i in range(gn):
         with kernel_scope("matmul item"):
             acc = nl.ndarray((P, BANK_FP32), dtype=nl.float32, buffer=nl.psum)
-            acc[0:m, 0:n] = nisa.nc_matmul(a_t[0:k, i, 0:m], b_t[0:k, i, 0:n])
+            for j, (a_t, b_t, k) in enumerate(pairs):
+                product = nisa.nc_matmul(a_t[0:k, i, 0:m], b_t[0:k, i, 0:n])
+                if j == 0:
+                    acc[0:m, 0:n] = product
+                else:
+                    acc[0:m, 0:n] += product
             value = acc[0:m, 0:n]
             if bias_tile is not None:
                 biased = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
