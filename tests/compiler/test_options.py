@@ -19,6 +19,19 @@ def test_inf1_defaults_to_neuron_cc_casting_every_fp32_operator():
     assert options_from_env({}, instance="trn1.2xlarge").auto_cast == "matmult"
 
 
+def test_model_type_defaults_per_compiler_and_neuron_cc_has_none():
+    """neuronx-cc as torch-neuronx runs it: transformer; neuron-cc (inf1) has no --model-type
+    and no fused attention: generic, and a transformer asked of it is listed as ignored."""
+    assert options_from_env({}, instance="inf2.xlarge").model_type == "transformer"
+    assert options_from_env({}, instance="trn1.2xlarge", model_type="generic").fuses_attention \
+        is False
+    inf1 = options_from_env({}, instance="inf1.xlarge")
+    assert (inf1.model_type, inf1.fuses_attention, inf1.ignored_flags) == ("generic", False, ())
+    asked = options_from_env({}, instance="inf1.xlarge", model_type="transformer")
+    assert asked.model_type == "generic"
+    assert any("--model-type=transformer" in f for f in asked.ignored_flags)
+
+
 @pytest.mark.parametrize("text,expected", [
     ("--fast-math all", {"auto_cast": "all", "auto_cast_type": "bf16"}),
     ("--fast-math none", {"auto_cast": "none", "auto_cast_type": "bf16"}),

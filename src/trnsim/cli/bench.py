@@ -160,7 +160,8 @@ def bench_command(
                                      "benchmark (repeatable); added to --models, or alone."),
     model_type: str = typer.Option(
         None, "--model-type", help="neuronx-cc --model-type: transformer (torch-neuronx's "
-        "default: attention fused) | generic (attention as separate kernels) | unet-inference"),
+        "default: attention fused) | generic (attention as separate kernels) | unet-inference; "
+        "neuron-cc (inf1) has none and always runs attention as separate kernels"),
     trace_dir: str = typer.Option(None, "--trace", help="A directory: write each case's Perfetto "
                                   "trace there (MODEL-INSTANCE-bBATCH-sSEQ.json; cases are "
                                   "simulated, not read from the result cache)."),

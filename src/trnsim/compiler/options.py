@@ -7,11 +7,14 @@ neuron-cc's ``--fast-math all`` (every fp32 operator cast to bf16) on Inferentia
 ``--fast-math`` / ``--fp32-cast`` values are read too. ``--model-type`` defaults to
 ``transformer``, what torch-neuronx has passed for every model since Neuron 2.14
 (release-notes/components/pytorch.rst, 09/15/2023); neuronx-cc's own default, ``generic``, does
-not fuse attention (`MODEL_TYPES`). Flags trnsim does not model are listed in
-`CompileOptions.ignored_flags` (and shown to the user), never silently dropped; a malformed value
-of a flag trnsim does model is an error. Optimisation levels (``-O1``/``-O2``/``-O3``,
-``--optlevel N``, ``trace(optlevel=N)``) are checked and listed there too: trnsim's compiler has
-one pass pipeline (`trnsim.compiler.passes.PIPELINE`), so no level changes what it produces.
+not fuse attention (`MODEL_TYPES`). neuron-cc (Inferentia, NeuronCore-v1) has no
+``--model-type`` (compiler/neuron-cc/command-line-reference) and no fused attention: its models
+are always ``generic``, and a ``transformer`` asked of it is listed as ignored. Flags trnsim
+does not model are listed in `CompileOptions.ignored_flags` (and shown to the user), never
+silently dropped; a malformed value of a flag trnsim does model is an error. Optimisation
+levels (``-O1``/``-O2``/``-O3``, ``--optlevel N``, ``trace(optlevel=N)``) are checked and listed
+there too: trnsim's compiler has one pass pipeline (`trnsim.compiler.passes.PIPELINE`), so no
+level changes what it produces.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class CompileOptions:
     cores: int = 1
     auto_cast: str | None = None  # None: the instance's compiler's default (`default_auto_cast`)
     auto_cast_type: str = "bf16"
-    model_type: str = DEFAULT_MODEL_TYPE
+    model_type: str | None = None  # None: the instance's compiler's default (`default_model_type`)
     lnc: int | None = None
     # ranks each model copy is split over (tensor parallelism); None: 1 if the model fits one
     # core's share of HBM, else the fewest of `cores` that hold it (see passes.memory)
@@ -85,9 +88,15 @@ class CompileOptions:
         if self.auto_cast_type not in AUTO_CAST_TYPES:
             raise InvalidArgumentError(f"auto_cast_type={self.auto_cast_type!r}: expected one of "
                                        f"{', '.join(AUTO_CAST_TYPES)}")
-        if self.model_type not in MODEL_TYPES:
+        if self.model_type is not None and self.model_type not in MODEL_TYPES:
             raise InvalidArgumentError(f"model_type={self.model_type!r}: expected one of "
                                        f"{', '.join(MODEL_TYPES)}")
+        if self.model_type is None:
+            object.__setattr__(self, "model_type", default_model_type(self.spec))
+        elif self.model_type != "generic" and self.spec.chip.core.version == 1:
+            object.__setattr__(self, "ignored_flags", (
+                *self.ignored_flags, f"--model-type={self.model_type} (neuron-cc has none)"))
+            object.__setattr__(self, "model_type", "generic")
         if not isinstance(self.cores, int) or self.cores < 1:
             raise InvalidArgumentError(f"cores={self.cores!r}: expected a positive integer")
         if self.lnc not in (None, 1, 2):
@@ -120,6 +129,13 @@ class CompileOptions:
                 "model_type": self.model_type,
                 "tensor_parallel": self.tensor_parallel, "pipeline_cores": self.pipeline_cores,
                 **({"quantize": self.quantize} if self.quantize else {})}
+
+
+def default_model_type(spec) -> str:
+    """The --model-type the instance's compiler uses when not told (`spec`: an InstanceSpec):
+    ``transformer`` as torch-neuronx passes it to neuronx-cc (module doc); ``generic`` for
+    neuron-cc on NeuronCore-v1, which has no fused-attention mode."""
+    return "generic" if spec.chip.core.version == 1 else DEFAULT_MODEL_TYPE
 
 
 def default_auto_cast(spec) -> str:

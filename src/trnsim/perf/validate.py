@@ -31,7 +31,8 @@ What the columns mean here:
   else the default of the SDK the row names ("SDK 2.26" in its source or notes): torch-neuronx
   passes ``--model-type=transformer`` from Neuron 2.14 on, earlier runs compiled with
   neuronx-cc's default ``generic`` (`trnsim.compiler.options.MODEL_TYPES`); a row naming no SDK
-  gets trnsim's default (transformer). ``validate(model_type=...)`` overrides every row.
+  gets trnsim's default (transformer). ``validate(model_type=...)`` overrides every row. inf1
+  rows compile with neuron-cc, which has no ``--model-type``: always generic.
 - ``name`` (kernel rows): a user's kernel as ``FILE.py::KERNEL SHAPES`` (or
   ``package.module::KERNEL SHAPES``), the way `trnsim kernel run` names one (SHAPES are the inputs
   in argument order, e.g. ``4096x8192,8192x8192``, the row's dtype their default dtype; a relative
