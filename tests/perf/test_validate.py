@@ -281,9 +281,13 @@ def test_model_rows_compile_as_their_sdk_did():
     assert v.model_type_of({"model_type": "generic", "source": "SDK 2.26"}) == "generic"
     with pytest.raises(TrnsimError, match="model_type 'bert'"):
         v.model_type_of({"model_type": "bert"})
-    # the 2023 blog's inf2 rows name the SDK releases of April 2023: neuronx-cc's generic
-    calibration = {r["id"]: r for r in v.read_rows(v.default_csv())}
-    assert {v.model_type_of(calibration[f"seed-{i}"]) for i in (2, 4, 6, 8)} == {"generic"}
+    # a row naming no SDK: trnsim's default, or that of the SDK the user assumes for such rows
+    assert v.model_type_of({"source": "a blog"}) is None
+    assert v.model_type_of({"source": "a blog", "_assumed_sdk": "2.10"}) == "generic"
+    assert v.model_type_of({"source": "a blog", "_assumed_sdk": "2.14"}) == "transformer"
+    assert v.model_type_of({"source": "SDK 2.26", "_assumed_sdk": "2.10"}) == "transformer"
+    with pytest.raises(TrnsimError, match="assume_sdk='latest'"):
+        v.validate(kinds=("model",), assume_sdk="latest")
 
 
 def test_rows_selects_by_id_and_names_an_unknown_one(tmp_path, monkeypatch, capsys):

@@ -88,6 +88,9 @@ def validate_command(
     model_type: str = typer.Option(None, "--model-type", help="neuronx-cc --model-type for every "
                                    "model row (default: per row, as the compiler of the row's "
                                    "SDK did; see trnsim.perf.validate)"),
+    assume_sdk: str = typer.Option(None, "--assume-sdk", help="The Neuron SDK (e.g. 2.10) assumed "
+                                   "for model rows that name none: their --model-type is that "
+                                   "SDK's torch-neuronx default (default: trnsim's, transformer)"),
 ) -> None:
     """Predict every row of a measurements CSV; print measured, predicted (ms), error % and the
     mean absolute error per kind and over the model and kernel rows (the README's figure)."""
@@ -100,7 +103,7 @@ def validate_command(
     with steps("trnsim validate", quiet=as_json) as progress:
         results = validate(path, kinds=selected, ids=set(ids) if ids else None,
                            configs=tuple(config or ()),
-                           model_type=model_type,
+                           model_type=model_type, assume_sdk=assume_sdk,
                            progress=lambda row: progress.step(f"row {row}"))
     if as_json:
         data = summary(results)

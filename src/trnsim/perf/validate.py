@@ -31,8 +31,11 @@ What the columns mean here:
   else the default of the SDK the row names ("SDK 2.26" in its source or notes): torch-neuronx
   passes ``--model-type=transformer`` from Neuron 2.14 on, earlier runs compiled with
   neuronx-cc's default ``generic`` (`trnsim.compiler.options.MODEL_TYPES`); a row naming no SDK
-  gets trnsim's default (transformer). ``validate(model_type=...)`` overrides every row. inf1
-  rows compile with neuron-cc, which has no ``--model-type``: always generic.
+  gets trnsim's default (transformer), or that of the SDK the user assumes for such rows
+  (``validate(assume_sdk="2.10")``, ``--assume-sdk``: the shipped seed rows from a 2023 blog name
+  none; the data stays as published and the assumption is the user's, shown in the command).
+  ``validate(model_type=...)`` overrides every row. inf1 rows compile with neuron-cc, which has
+  no ``--model-type``: always generic.
 - ``name`` (kernel rows): a user's kernel as ``FILE.py::KERNEL SHAPES`` (or
   ``package.module::KERNEL SHAPES``), the way `trnsim kernel run` names one (SHAPES are the inputs
   in argument order, e.g. ``4096x8192,8192x8192``, the row's dtype their default dtype; a relative
@@ -66,6 +69,7 @@ TIME_UNITS_PER_MS = {"ms": 1.0, "us": 1e3, "s": 1e-3}  # how many of each unit o
 _UNITS_TO_MS = {unit: 1.0 / per_ms for unit, per_ms in TIME_UNITS_PER_MS.items()}  # one unit in ms
 _CSV_DIR = "_csv_dir"
 _MODEL_TYPE_OVERRIDE = "_model_type"
+_ASSUMED_SDK = "_assumed_sdk"
 
 
 @dataclass
@@ -194,6 +198,8 @@ def model_type_of(row: dict) -> str | None:
         return named
     text = " ".join(row.get(k) or "" for k in ("source", "notes"))
     match = re.search(r"\bSDK\s*v?(\d+)\.(\d+)", text, re.IGNORECASE)
+    if match is None and row.get(_ASSUMED_SDK):
+        match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", row[_ASSUMED_SDK])
     if match is None:
         return None
     version = (int(match.group(1)), int(match.group(2)))
@@ -319,13 +325,19 @@ for _kind in (RowKind("model", predict_model, "ms", TIME_UNITS_PER_MS),
 # --- the run -----------------------------------------------------------------------------------
 def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = None,
              ids: set[str] | None = None, configs: tuple[str, ...] = (),
-             model_type: str | None = None,
+             model_type: str | None = None, assume_sdk: str | None = None,
              progress: Callable[[str], None] | None = None) -> list[RowResult]:
     """Predict every row (of `kinds`, with an id in `ids`, when given) of a measurements CSV;
     A row named in `ids` is predicted whatever its kind's `by_default`; an id no row has is an
     `UnknownNameError` naming it (raised before any prediction).
     `configs`: Hugging Face config.json files that model names may also resolve to.
-    `model_type`: the --model-type of every model row (default: per row)."""
+    `model_type`: the --model-type of every model row (default: per row).
+    `assume_sdk`: the Neuron SDK (``"2.10"``) assumed for model rows that name none."""
+    if assume_sdk is not None and not re.fullmatch(r"\s*\d+\.\d+\s*", assume_sdk):
+        from trnsim.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"assume_sdk={assume_sdk!r}: expected a Neuron SDK version "
+                                   "such as 2.10")
     if configs:
         from trnsim.perf.zoo import register_config
 
@@ -345,6 +357,8 @@ def validate(path: str | Path | None = None, *, kinds: tuple[str, ...] | None = 
         row[_CSV_DIR] = str(path.parent)  # where a row's relative kernel file is looked for
         if model_type:
             row[_MODEL_TYPE_OVERRIDE] = model_type
+        if assume_sdk:
+            row[_ASSUMED_SDK] = assume_sdk
         if ids is not None and row.get("id") not in ids:
             continue
         result = _row_result(row)
