@@ -20,6 +20,7 @@ def test_published_parameter_counts():
     assert resolve("llama-3-70b").params == pytest.approx(70.55e9, rel=1e-3)
     assert resolve("meta-llama/Llama-3.1-8B").params == pytest.approx(8.03e9, rel=1e-3)
     assert resolve("bert-large-uncased").params == pytest.approx(335e6, rel=0.01)
+    assert resolve("google/vit-base-patch16-224").params == pytest.approx(86e6, rel=0.01)
     spec = from_param_count("300B")
     assert spec.params == pytest.approx(300e9, rel=0.05) and spec.head_dim == 128
     with pytest.raises(UnknownNameError):

@@ -119,8 +119,7 @@ def test_every_figure_says_where_it_came_from():
     for figure in figures:
         assert sources[figure].split(":")[0] in ("simulated", "fabric model (trnsim.collectives,"
                                                  " every group sharing the links at once)",
-                                                 "derived", "not timed (a vision model's "
-                                                 "patch embedding and classifier)"), figure
+                                                 "derived", "not timed"), figure
     assert "h64-q2-kv2-d16-f64" in sources["per_layer_ms.forward"]
     assert "recomputation" in sources["per_layer_ms.backward"]
     assert "ZeRO-1" in sources["breakdown_ms.dp_reduction_exposed"]

@@ -105,25 +105,40 @@ def build_layer(shape: LayerShape):
 class HeadShape:
     """One core's share of what is not a layer: the token embedding (vocabulary split over TP,
     as NxD's ParallelEmbedding), the final norm, the LM head and the loss over its vocabulary
-    shard (parallel cross-entropy)."""
+    shard (parallel cross-entropy). A vision transformer's (`patch` > 0): the patch embedding
+    (a stride-`patch` convolution, with the class token and position embeddings), the final
+    norm and the classifier over `vocab` labels on the class token, with its loss."""
 
     hidden: int
-    vocab: int  # this core's vocabulary shard
+    vocab: int  # this core's vocabulary shard, or a classifier's labels
     norm: str
     micro_batch: int
-    seq: int
+    seq: int  # tokens (a vision model's: its patches plus the class token)
+    patch: int = 0  # pixels per patch side; 0: a text model
+    channels: int = 3
 
     def key(self) -> str:
-        return f"head-h{self.hidden}-v{self.vocab}-{self.norm}-b{self.micro_batch}-s{self.seq}"
+        vision = f"-p{self.patch}c{self.channels}" if self.patch else ""
+        return (f"head-h{self.hidden}-v{self.vocab}-{self.norm}-b{self.micro_batch}"
+                f"-s{self.seq}{vision}")
+
+    @property
+    def image_side(self) -> int:
+        """Pixels per image side: `seq - 1` patches in a square grid."""
+        return self.patch * round((self.seq - 1) ** 0.5)
 
 
 def build_head(shape: HeadShape):
     """The embedding and the LM head with its loss. `forward(ids, hidden, labels)` gives (loss,
     embedded): `hidden` stands for the last layer's output; the caller hands `embedded` the
     gradient the first layer would hand back (so the embedding's backward runs as in the whole
-    model, with no reduction of the measurement's own in front of it)."""
+    model, with no reduction of the measurement's own in front of it). For a vision model `ids`
+    are the pixels [b, channels, side, side] and `labels` one class per image."""
     import torch
     from torch import nn
+
+    if shape.patch:
+        return _vision_head(shape)
 
     class Head(nn.Module):
         def __init__(self) -> None:
@@ -148,3 +163,29 @@ def build_head(shape: HeadShape):
 
     torch.manual_seed(0)
     return Head()
+
+
+def _vision_head(shape: HeadShape):
+    """ViT's embeddings (Hugging Face ViTEmbeddings: patch convolution, class token, position
+    embeddings) and its classification head (final LayerNorm, a linear on the class token)."""
+    import torch
+    from torch import nn
+
+    class VisionHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patches = nn.Conv2d(shape.channels, shape.hidden, shape.patch, stride=shape.patch)
+            self.cls = nn.Parameter(torch.zeros(1, 1, shape.hidden))
+            self.position = nn.Parameter(torch.zeros(1, shape.seq, shape.hidden))
+            self.norm = nn.LayerNorm(shape.hidden)
+            self.classifier = nn.Linear(shape.hidden, shape.vocab)
+
+        def forward(self, pixels, hidden, labels):
+            x = self.patches(pixels).flatten(2).transpose(1, 2)
+            cls = self.cls.expand(x.shape[0], -1, -1)
+            embedded = torch.cat([cls, x], dim=1) + self.position
+            logits = self.classifier(self.norm(hidden)[:, 0]).float()
+            return torch.nn.functional.cross_entropy(logits, labels), embedded
+
+    torch.manual_seed(0)
+    return VisionHead()

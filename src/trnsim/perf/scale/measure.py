@@ -75,7 +75,11 @@ def _step(kind: str, shape, optimizer: str) -> dict:
         x = data(b, s, h).requires_grad_(True)
         module(x).backward(data(b, s, h))
     else:
-        ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
+        if shape.patch:  # pixels in, one class per image
+            side = shape.image_side
+            ids, labels = data(b, shape.channels, side, side), data(b, dtype=torch.long)
+        else:
+            ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
         hidden = data(b, s, h).requires_grad_(True)
         loss, embedded = module(ids, hidden, labels)
         torch.autograd.backward([loss, embedded], [None, data(b, s, h)])

@@ -36,6 +36,11 @@ class ModelSpec:
     default_seq: int = 2048
     experts: int = 1  # mixture of experts: MLP copies per layer
     experts_per_token: int = 1
+    # vision transformer: pixels per patch side (0: a text model), input channels, and the
+    # classifier's labels (`vocab` is 0: there is no token embedding or LM head)
+    patch: int = 0
+    channels: int = 3
+    labels: int = 0
 
     # --- parameter counts ----------------------------------------------------------------
     @property
@@ -58,7 +63,12 @@ class ModelSpec:
 
     @property
     def embedding_params(self) -> int:
-        """Token embedding plus the LM head (once when tied)."""
+        """Token embedding plus the LM head (once when tied); a vision model's patch
+        convolution, class token, position embeddings and classifier."""
+        if self.patch:
+            convolution = (self.channels * self.patch ** 2 + 1) * self.hidden  # with its bias
+            class_and_positions = (1 + self.default_seq) * self.hidden
+            return convolution + class_and_positions + (self.hidden + 1) * self.labels
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
     @property
@@ -126,7 +136,12 @@ def from_config(config: dict, name: str) -> ModelSpec:
         tied_embeddings=bool(config.get("tie_word_embeddings", kind in ("gpt2", "bert"))),
         default_seq=min(seq, 2048) if not vision else seq,
         experts=int(config.get("num_local_experts") or 1),
-        experts_per_token=int(config.get("num_experts_per_tok") or 1))
+        experts_per_token=int(config.get("num_experts_per_tok") or 1),
+        patch=int(get("patch_size", default=16)) if vision else 0,
+        channels=int(get("num_channels", default=3)) if vision else 3,
+        # Hugging Face's PretrainedConfig: num_labels from id2label, else 2
+        labels=(len(config.get("id2label") or {}) or int(config.get("num_labels") or 2))
+        if vision else 0)
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)

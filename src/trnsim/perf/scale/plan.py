@@ -115,8 +115,11 @@ def layer_shape(model: ModelSpec, layout: Layout, work: Training) -> LayerShape:
 
 
 def head_shape(model: ModelSpec, layout: Layout, work: Training) -> HeadShape | None:
+    if model.patch:  # vision: patch embedding and classifier, replicated (both are small)
+        return HeadShape(model.hidden, model.labels, model.norm, work.micro_batch, work.seq,
+                         patch=model.patch, channels=model.channels)
     if not model.vocab:
-        return None  # vision: the patch embedding and classifier are not timed
+        return None
     return HeadShape(model.hidden, -(-model.vocab // layout.tp), model.norm, work.micro_batch,
                      work.seq)
 
@@ -172,7 +175,9 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     lps = layers_per_stage(model, layout)
     fwd_layer = layer.forward_ns / split
     bwd_layer = (layer.backward_ns + (layer.forward_ns if layout.recompute else 0.0)) / split
-    head_tp = 2 * comms.tp_collective_ns(place, "all_reduce", act_bytes) if head.step_ns else 0.0
+    # a vocabulary-parallel head's two all-reduces; a vision head is replicated (no collective)
+    head_tp = 2 * comms.tp_collective_ns(place, "all_reduce", act_bytes) \
+        if head.step_ns and not model.patch else 0.0
     t_f = lps * (fwd_layer + tp_layer_fwd + moe) + head.forward_ns / split + head_tp / 2
     t_b = lps * (bwd_layer + tp_layer_bwd + moe) + head.backward_ns / split + head_tp / 2
     p2p = comms.pp_sendrecv_ns(place, act_bytes // (layout.tp if layout.sp else 1))
@@ -221,8 +226,6 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     if system.lnc_size > 1:
         notes.append(f"LNC={system.lnc_size}: one physical core's simulated time / "
                      f"{system.lnc_size} (ideal split)")
-    if not model.vocab:
-        notes.append("vision model: patch embedding and classifier not timed")
     if work.optimizer == "lamb":
         notes.append("LAMB timed as AdamW (its per-tensor trust ratio is not simulated)")
     per_layer = {"forward": fwd_layer * ms, "backward": bwd_layer * ms,

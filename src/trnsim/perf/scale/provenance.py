@@ -58,12 +58,12 @@ def training_sources(model: ModelSpec, system: System, layout: Layout, work: Tra
                                         "per_layer_ms.forward",
         "breakdown_ms.backward_compute": "derived: micro-batches x layers per stage x "
                                          "per_layer_ms.backward",
-        "breakdown_ms.head_compute": (_simulated("the embedding, final norm, LM head and "
+        "breakdown_ms.head_compute": (_simulated("the patch embedding, final norm, classifier "
+                                                 "and cross-entropy" if head_shape.patch else
+                                                 "the embedding, final norm, LM head and "
                                                  "cross-entropy over its vocabulary shard",
                                                  head_shape, head, system, work)
-                                      if head_shape is not None else
-                                      "not timed (a vision model's patch embedding and "
-                                      "classifier)"),
+                                      if head_shape is not None else "not timed"),
         "breakdown_ms.tp_collectives": "derived: micro-batches x per-layer TP collectives "
                                        f"(+ the head's 2 all-reduces), each from the {fabric}",
         "breakdown_ms.ep_all_to_all": f"{fabric}: token dispatch and combine (all-to-all) over "
