@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import torch
 
+from trnsim.kernels.layout import P as MAX_HEAD_DIM  # the kernels contract d in one partition tile
+
 _LIBRARY = None
-MAX_HEAD_DIM = 128  # the kernels' contraction over d is one partition tile
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:
