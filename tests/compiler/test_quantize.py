@@ -92,7 +92,7 @@ def test_a_split_llama_with_int8_weights_matches_its_dequantized_twin(monkeypatc
     twin = transformers.LlamaForCausalLM(config).eval()
     twin.load_state_dict(model.state_dict())
     with torch.no_grad():
-        for module in twin.modules():
+        for module in twin.model.modules():  # the decoder's linears; the LM head keeps bf16
             if isinstance(module, torch.nn.Linear):
                 module.weight.copy_(dequantized(module.weight))
         ids = torch.randint(0, 250, (2, 8))
@@ -102,6 +102,31 @@ def test_a_split_llama_with_int8_weights_matches_its_dequantized_twin(monkeypatc
     got = got.logits if hasattr(got, "logits") else got[0]
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
                                atol=1e-5 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_language_models_head_keeps_its_dtype(tied):
+    """transformers-neuronx quantizes the decoder layers' linears and adds the LM head
+    unquantized: the vocabulary projection (found by its embedding table's shape, tied or not)
+    keeps its float weight; every decoder linear is int8."""
+    from trnsim.compiler import CompileOptions, run_pipeline
+    from trnsim.compiler.capture import capture
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=512, tie_word_embeddings=tied)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 512, (1, 8))
+    graph = run_pipeline(capture(model, (ids,)), CompileOptions(instance="trn1.2xlarge",
+                                                                quantize="int8"),
+                         stop_after="quantize_weights")
+    weights = [(n.inputs[1].shape, n.inputs[1].dtype.name) for n in graph.nodes
+               if n.op == "k.matmul" and n.inputs[1].op == "constant"]
+    heads = [dtype for shape, dtype in weights if shape == (512, 64)]
+    layers = [dtype for shape, dtype in weights if shape != (512, 64)]
+    assert heads and "int8" not in heads
+    assert len(layers) == 7 and set(layers) == {"int8"}  # q, k, v, o, gate, up, down
 
 
 def test_an_unknown_weight_dtype_is_refused():

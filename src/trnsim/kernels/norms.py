@@ -14,6 +14,16 @@ along the free axis. Per tile, one pass per engine where the hardware allows:
 Weight and bias rows are broadcast to 128 partitions once per kernel (`broadcast_row`). Rows
 wider than `ONE_PASS_BYTES` per partition are processed in column chunks over two passes (the
 statistics pass, then the normalisation pass re-reading x).
+
+One row alone (an RMS norm of a batch-1 decode step) would leave 127 partitions idle and run
+each ScalarE pass over the whole hidden width on one lane. Neuron's token-generation graphs
+instead keep the hidden axis on partitions (transformers-neuronx: the default "HSB" layout,
+hidden first, and ``rms_norm`` calls its ``AwsNeuronRmsNorm`` kernel when there is one token,
+"for batch == 1, token generation"). So a single row whose width divides into 128 partitions is
+folded across them (`_one_row_rms`): each partition squares and sums its share, a TensorE
+product with a ones matrix sums the partitions' partial sums and gives every partition the
+total (the cross-partition reduction NKI kernels do on TensorE), and each partition normalises
+its share.
 """
 
 from __future__ import annotations
@@ -65,12 +75,19 @@ def norm(out: Tile, x: Tile, *, kind: str = "layer", normalized: int = 1, eps: f
         two_pass = cols * 4 > ONE_PASS_BYTES
         w_hbm = params[0][0] if weight is not None else None
         b_hbm = params[-1][0] if bias is not None else None
+        problems = row_problems(lead, split)
+        if kind == "rms" and bias is None and cols % P == 0 \
+                and all(problem[1].shape[0] == 1 for problem in problems):
+            for problem in problems:  # single rows: folded over the partitions
+                _one_row_rms(problem[0], problem[1], problem[2] if residual is not None else None,
+                             cols, eps, w_hbm)
+            return
         if two_pass:  # broadcast per column chunk (the whole rows would not fit)
             w_rows, b_rows = w_hbm, b_hbm
         else:
             w_rows = broadcast_row(w_hbm, evictor) if w_hbm is not None else None
             b_rows = broadcast_row(b_hbm, evictor) if b_hbm is not None else None
-        for problem in row_problems(lead, split):
+        for problem in problems:
             out2, x2 = problem[0], problem[1]
             res2 = problem[2] if residual is not None else None
             rows = x2.shape[0]
@@ -81,6 +98,46 @@ def norm(out: Tile, x: Tile, *, kind: str = "layer", normalized: int = 1, eps: f
                     ctx.two_pass()
                 else:
                     ctx.one_pass()
+
+
+def _folded(row: Tile, cols: int) -> Tile:
+    """A one-row HBM view ([1, cols] or [cols]) as [128, cols / 128]: partition p holds columns
+    p * w .. (p + 1) * w."""
+    step = hbm_strides(row)[-1]
+    width = cols // P
+    start = row[0] if row.ndim == 2 else row
+    return hbm_view(start, (P, width), (width * step, step))
+
+
+def _one_row_rms(out: Tile, x: Tile, residual: Tile | None, cols: int, eps: float,
+                 weight: Tile | None) -> None:
+    """RMS norm of one row folded over the partitions (module docstring)."""
+    width = cols // P
+    value = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
+    value[...] = nl.load(_folded(x, cols))
+    if residual is not None:
+        other = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
+        other[...] = nl.load(_folded(residual, cols))
+        value[...] = nisa.tensor_tensor(value, other, np.add, engine=spare_engine())
+    partial = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    squares = nl.ndarray((P, width), dtype=nl.bfloat16, buffer=nl.sbuf)  # discarded values
+    squares[...] = nisa.activation(op=nl.square, data=value, reduce_op=nl.add,
+                                   reduce_res=partial, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    ones = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+    ones[...] = nisa.memset((P, P), 1.0, nl.float32)
+    total = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.psum)
+    total[...] = nisa.nc_matmul(ones, partial)  # every partition: the sum over all of them
+    scale = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    scale[...] = nisa.activation(op=nl.rsqrt, data=total, scale=1.0 / cols, bias=float(eps))
+    stage = nl.ndarray((P, width), dtype=out.dtype, buffer=nl.sbuf)
+    if weight is None:
+        stage[...] = nisa.activation(op="identity", data=value, scale=scale)
+    else:
+        w = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
+        w[...] = nl.load(_folded(weight, cols))
+        stage[...] = nisa.scalar_tensor_tensor(data=value, op0=np.multiply, operand0=scale,
+                                               op1=np.multiply, operand1=w)
+    nl.store(_folded(out, cols), value=stage)
 
 
 def _columns_last(t: Tile, split: int, cols: int) -> Tile | None:

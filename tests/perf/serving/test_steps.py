@@ -95,12 +95,13 @@ def test_generation_times_each_step_at_its_own_bucket():
 
 def test_int8_weight_storage_counts_one_byte_a_linear_weight(tmp_path, monkeypatch):
     """The HBM a replica's weights take (KV-cache capacity is what is left): linear weights one
-    byte each plus an fp32 scale per output column; embeddings and norms stay bf16."""
+    byte each plus an fp32 scale per output column; embeddings, norms and the LM head stay
+    bf16."""
     monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path))
     bf16 = StepTimer("tiny", causal_lm_builder(CONFIG), CONFIG, Deployment("inf2.xlarge"))
     int8 = StepTimer("tiny", causal_lm_builder(CONFIG), CONFIG,
                      Deployment("inf2.xlarge", quantize="int8"))
-    h, i, kv, layers, vocab = 64, 128, 2 * 16, 4, 128
-    linear = layers * (2 * h * h + 2 * h * kv + 3 * h * i) + vocab * h
-    columns = layers * (2 * h + 2 * kv + 2 * i + h) + vocab
+    h, i, kv, layers = 64, 128, 2 * 16, 4
+    linear = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
+    columns = layers * (2 * h + 2 * kv + 2 * i + h)
     assert bf16.weight_bytes() - int8.weight_bytes() == linear - 4 * columns

@@ -5,7 +5,12 @@ NxD Inference (``quantized=True, quantization_dtype="int8"``) and transformers-n
 weight as int8 with a symmetric scale, and dequantize it to the inference dtype after it is
 loaded: "int8 weight storage can be used to reduce memory bandwidth usage to improve model
 performance" (transformers-neuronx developer guide, int8 weight storage support). Activations,
-the KV cache and the embedding table keep their dtype.
+the KV cache and the embedding table keep their dtype, and so does a language model's head (the
+vocabulary projection): transformers-neuronx quantizes the decoder layers' attention and MLP
+weights and adds the LM head unquantized (``add_lm_head``, no ``allow_quantize``). trnsim
+recognises a head by its shape, not its name: a weight whose output axis is as long as the
+vocabulary of an embedding table the graph gathers from, and whose other axis is that table's
+width (`vocabulary_projections`).
 
 Here each ``k.matmul`` whose B operand is a floating-point weight (a 2-D constant) gets:
 
@@ -38,14 +43,34 @@ def quantize_weights(graph: Graph, quantize: str | None) -> Graph:
     if quantize is None:
         return graph
     rw = Rewriter(graph)
+    heads = vocabulary_projections(graph)
     for node in graph.nodes:
         b = node.inputs[1] if node.op == "k.matmul" else None
         if b is None or b.op != "constant" or b.rank != 2 or not b.dtype.is_float \
-                or node.attrs["transpose_a"] or node.attrs["batch"]:
+                or node.attrs["transpose_a"] or node.attrs["batch"] or id(node) in heads:
             rw.keep(node)
             continue
         rw.replace(node, _quantized(rw, graph, node))
     return rw.finish()
+
+
+def vocabulary_projections(graph: Graph) -> set[int]:
+    """Ids of the matmuls that project onto a vocabulary (language-model heads, tied or not): a
+    2-D weight [vocab, width] (or its transpose, by ``transpose_b``) whose output axis has the
+    rows of an embedding table [vocab, width] the graph gathers from, its other axis the
+    table's width."""
+    tables = {tuple(n.inputs[0].shape) for n in graph.nodes
+              if n.op == "k.gather" and n.attrs.get("kind") == "embedding"
+              and n.inputs and n.inputs[0].rank == 2}
+    heads = set()
+    for node in graph.nodes:
+        if node.op != "k.matmul" or len(node.inputs) < 2 or node.inputs[1].rank != 2:
+            continue
+        rows, cols = node.inputs[1].shape
+        out, width = (rows, cols) if node.attrs.get("transpose_b") else (cols, rows)
+        if (out, width) in tables:
+            heads.add(id(node))
+    return heads
 
 
 def _quantized(rw: Rewriter, graph: Graph, node: Node) -> Node:

@@ -141,14 +141,17 @@ class StepTimer:
 
     def weight_bytes(self, bytes_per_weight: int = 2) -> int:
         """Parameters x bytes each (bf16 weights by default, as the published runs served);
-        with int8 weight storage, a linear layer's weight is one byte a weight plus an fp32
-        scale per output column (`trnsim.compiler.passes.quantize`)."""
+        with int8 weight storage, a decoder linear layer's weight is one byte a weight plus an
+        fp32 scale per output column; the LM head keeps its dtype
+        (`trnsim.compiler.passes.quantize`)."""
         import torch
 
         total = sum(p.numel() for p in self.model.parameters()) * bytes_per_weight
         if self.deployment.quantize == "int8":
+            head = self.model.get_output_embeddings() \
+                if hasattr(self.model, "get_output_embeddings") else None
             for module in self.model.modules():
-                if isinstance(module, torch.nn.Linear):
+                if isinstance(module, torch.nn.Linear) and module is not head:
                     weight = module.weight
                     total -= weight.numel() * (bytes_per_weight - 1) - weight.shape[0] * 4
         return total
