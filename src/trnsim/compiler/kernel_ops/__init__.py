@@ -13,8 +13,9 @@ Adding a kernel-level op: one `KernelOp` in a module of this package (listed in 
 
 Added by the last passes (see `trnsim.compiler.passes`): views get ``fold`` ("alias" | "dma" |
 "copy") and ``access`` ((element offset, ((stride, size), ...)) into the base buffer); ``k.*``
-nodes get ``prefetch`` (constant refs whose HBM -> SBUF loads start while the kernel runs); the
-graph gets meta["memory_plan"] (`MemoryPlan`) and meta["schedule"] (kernels in order).
+nodes get ``prefetch`` (constant refs whose HBM -> SBUF loads should start while the kernel
+runs: a record, see `trnsim.compiler.passes.schedule`); the graph gets meta["memory_plan"]
+(`MemoryPlan`) and meta["schedule"] (kernels in order).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """Scheduling: run kernels in graph order, and start each weight's DMA one kernel early.
 
-Weights live in HBM; a kernel needs its weights in SBUF. Issuing the loads of kernel i+1's
-first-use weights while kernel i computes hides that DMA behind compute (the overlap Neuron's
-scheduler provides). This pass records the decision; the lowering issues the DMAs and the
-simulator's timing shows what the overlap buys. Each kernel node gets ``prefetch``: the constant
-refs whose loads start during it; ``graph.meta["schedule"]`` lists kernel names in order.
+Weights live in HBM; a kernel needs its weights in SBUF. Loading kernel i+1's first-use
+weights while kernel i computes hides that DMA behind compute (the overlap Neuron's scheduler
+provides). This pass records the intent: each kernel node gets ``prefetch``, the constant refs
+whose loads should start during it; ``graph.meta["schedule"]`` lists kernel names in order. The
+lowering does not act on ``prefetch``: a weight's DMA has no producer, so the simulator starts it
+as soon as its queue and its SBUF buffer allow (the buffer's previous readers done), and that is
+where the overlap, and its limit, come from.
 """
 
 from __future__ import annotations
