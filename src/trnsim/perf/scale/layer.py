@@ -6,7 +6,14 @@ RowParallelLinear for the output and down projections), the hidden width is not.
 share is an ordinary layer with `heads / tp` query heads, `max(1, kv_heads / tp)` key/value heads
 (GQA replicates K/V when TP exceeds them) and `ffn / tp` intermediate width; its collectives
 (the all-reduces after the row-parallel linears) are timed by the fabric model, not here.
-Sequence parallelism splits the norms' tokens by TP: `seq_shard` tokens per core for them.
+
+Sequence parallelism (Megatron's, NxD's `sequence_parallel_enabled`) splits the tokens outside
+the tensor-parallel region over the TP ranks: the norms, the residual adds and the layer's input
+and output hold `seq / sp` tokens per core. An all-gather hands the projections the whole
+sequence and a reduce-scatter returns the row-parallel outputs' shard (backward: the conjugates).
+Their time is the fabric model's, so in the module each is a boundary at which the collective's
+result arrives as device data, and what it reads stays a live tensor (the collective reads it
+from HBM): the work on either side is timed and no collective's cost twice.
 """
 
 from __future__ import annotations
@@ -29,11 +36,40 @@ class LayerShape:
     rotary: bool
     micro_batch: int
     seq: int
+    sp: int = 1  # sequence-parallel degree (the TP degree with SP, else 1)
 
     def key(self) -> str:
         return (f"h{self.hidden}-q{self.heads}-kv{self.kv_heads}-d{self.head_dim}-f{self.ffn}"
                 f"-{'glu' if self.gated else 'mlp'}-{self.norm}-{'causal' if self.causal else 'full'}"
-                f"-{'rope' if self.rotary else 'norope'}-b{self.micro_batch}-s{self.seq}")
+                f"-{'rope' if self.rotary else 'norope'}-b{self.micro_batch}-s{self.seq}"
+                + (f"-sp{self.sp}" if self.sp > 1 else ""))
+
+    @property
+    def seq_shard(self) -> int:
+        """Tokens per core outside the tensor-parallel region (the layer's input and output)."""
+        return self.seq // self.sp
+
+
+def _collective(sp: int):
+    """An SP collective's boundary (module docstring): forward, `x`'s tokens go from
+    `x.shape[1]` to `x.shape[1] * sp` (all-gather; sp < 1: reduce-scatter); backward, the
+    conjugate. The result arrives as device data; the input is kept live in `kept`."""
+    import torch
+
+    class Boundary(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, kept):
+            ctx.kept, ctx.shape = kept, x.shape
+            kept.append(x)
+            b, t, h = x.shape
+            return torch.empty(b, round(t * sp), h, dtype=x.dtype, device=x.device)
+
+        @staticmethod
+        def backward(ctx, grad):
+            ctx.kept.append(grad)
+            return torch.empty(ctx.shape, dtype=grad.dtype, device=grad.device), None
+
+    return Boundary.apply
 
 
 def build_layer(shape: LayerShape):
@@ -76,8 +112,19 @@ def build_layer(shape: LayerShape):
 
         def forward(self, x):
             s = shape
+            if s.sp > 1:  # x holds seq / sp tokens (module docstring)
+                self.kept = []
+                gather, scatter = _collective(s.sp), _collective(1 / s.sp)
+                attn = self.attention(gather(self.norm1(x), self.kept))
+                x = x + scatter(attn, self.kept)
+                return x + scatter(self.mlp(gather(self.norm2(x), self.kept)), self.kept)
+            x = x + self.attention(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+        def attention(self, x):
+            s = shape
             b, t, _ = x.shape
-            q, k, v = self.qkv(self.norm1(x)).split(
+            q, k, v = self.qkv(x).split(
                 [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1)
             q = q.reshape(b, t, s.heads, s.head_dim).transpose(1, 2)
             k = k.reshape(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
@@ -88,14 +135,16 @@ def build_layer(shape: LayerShape):
                 k = k.repeat_interleave(s.heads // s.kv_heads, dim=1)
                 v = v.repeat_interleave(s.heads // s.kv_heads, dim=1)
             a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=s.causal)
-            x = x + self.out(a.transpose(1, 2).reshape(b, t, s.heads * s.head_dim))
-            h = self.up(self.norm2(x))
-            if s.gated:
+            return self.out(a.transpose(1, 2).reshape(b, t, s.heads * s.head_dim))
+
+        def mlp(self, x):
+            h = self.up(x)
+            if shape.gated:
                 gate, up = h.chunk(2, dim=-1)
                 h = torch.nn.functional.silu(gate) * up
             else:
                 h = torch.nn.functional.gelu(h)
-            return x + self.down(h)
+            return self.down(h)
 
     torch.manual_seed(0)
     return Layer()

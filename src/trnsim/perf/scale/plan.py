@@ -90,6 +90,10 @@ def resolve_layout(model: ModelSpec, system: System, layout: Layout, work: Train
                                    f"and DP ({dp})")
     if layout.sp and layout.tp == 1:
         layout = replace(layout, sp=False)
+    if layout.sp and work.seq % layout.tp:
+        raise InvalidArgumentError(f"{layout.label()}: sequence parallelism splits the "
+                                   f"{work.seq} tokens over TP{layout.tp}, which does not "
+                                   f"divide them")
     return replace(layout, dp=dp, lnc=system.lnc)
 
 
@@ -111,7 +115,8 @@ def layer_shape(model: ModelSpec, layout: Layout, work: Training) -> LayerShape:
     # a token visits `experts_per_token` experts; with EP the experts' tokens are balanced
     ffn = -(-model.ffn * model.experts_per_token // tp)
     return LayerShape(model.hidden, model.heads // tp, kv, model.head_dim, ffn, model.gated,
-                      model.norm, model.causal, model.rotary, work.micro_batch, work.seq)
+                      model.norm, model.causal, model.rotary, work.micro_batch, work.seq,
+                      sp=tp if layout.sp else 1)
 
 
 def head_shape(model: ModelSpec, layout: Layout, work: Training) -> HeadShape | None:
