@@ -97,3 +97,18 @@ def test_a_sequence_parallel_layer_times_every_projection_over_the_whole_sequenc
     # code at a collective's boundary); the norms and residuals see 16 with SP
     assert with_sp.flops >= without.flops
     assert with_sp.forward_ns > 0 and with_sp.backward_ns > 0
+
+
+def test_a_sequence_parallel_head_reduce_scatters_the_embedding_and_gathers_the_norm():
+    shape = HeadShape(32, 50, "rms", 2, 16, sp=4)
+    assert shape.seq_shard == 4 and shape.key().endswith("-sp4")
+    head = build_head(shape)
+    ids = torch.randint(0, 50, (2, 16))
+    hidden = torch.randn(2, 4, 32, requires_grad=True)  # the last layer's token shard
+    loss, embedded = head(ids, hidden, ids)
+    assert embedded.shape == (2, 4, 32)  # the first layer's token shard
+    # what the collectives read: the embedding's partial rows of every token, the norm's shard
+    assert [tuple(t.shape) for t in head.kept] == [(2, 16, 32), (2, 4, 32)]
+    torch.autograd.backward([loss, embedded], [None, torch.randn(2, 4, 32)])
+    assert hidden.grad.shape == hidden.shape and head.embed.weight.grad.shape == (50, 32)
+    assert head.lm_head.weight.grad is not None

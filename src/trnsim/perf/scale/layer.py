@@ -165,11 +165,17 @@ class HeadShape:
     seq: int  # tokens (a vision model's: its patches plus the class token)
     patch: int = 0  # pixels per patch side; 0: a text model
     channels: int = 3
+    sp: int = 1  # sequence-parallel degree: the embedding's output, the final norm on seq / sp
 
     def key(self) -> str:
         vision = f"-p{self.patch}c{self.channels}" if self.patch else ""
         return (f"head-h{self.hidden}-v{self.vocab}-{self.norm}-b{self.micro_batch}"
-                f"-s{self.seq}{vision}")
+                f"-s{self.seq}{vision}" + (f"-sp{self.sp}" if self.sp > 1 else ""))
+
+    @property
+    def seq_shard(self) -> int:
+        """Tokens per core of the embedding's output and the final norm (the layers' shard)."""
+        return self.seq // self.sp
 
     @property
     def image_side(self) -> int:
@@ -182,7 +188,10 @@ def build_head(shape: HeadShape):
     embedded): `hidden` stands for the last layer's output; the caller hands `embedded` the
     gradient the first layer would hand back (so the embedding's backward runs as in the whole
     model, with no reduction of the measurement's own in front of it). For a vision model `ids`
-    are the pixels [b, channels, side, side] and `labels` one class per image."""
+    are the pixels [b, channels, side, side] and `labels` one class per image. With sequence
+    parallelism `hidden` and `embedded` are token shards: the embedding's partial rows are
+    reduce-scattered and the final norm's output all-gathered for the LM head (as the layers'
+    boundaries, module docstring)."""
     import torch
     from torch import nn
 
@@ -205,6 +214,10 @@ def build_head(shape: HeadShape):
             else:
                 h = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + 1e-5) \
                     * self.norm_weight
+            if shape.sp > 1:
+                self.kept = []
+                embedded = _collective(1 / shape.sp)(embedded, self.kept)
+                h = _collective(shape.sp)(h, self.kept)
             logits = self.lm_head(h).float()
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape.vocab),
                                                      labels.reshape(-1))

@@ -80,9 +80,9 @@ def _step(kind: str, shape, optimizer: str) -> dict:
             ids, labels = data(b, shape.channels, side, side), data(b, dtype=torch.long)
         else:
             ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
-        hidden = data(b, s, h).requires_grad_(True)
+        hidden = data(b, shape.seq_shard, h).requires_grad_(True)  # SP: a token shard
         loss, embedded = module(ids, hidden, labels)
-        torch.autograd.backward([loss, embedded], [None, data(b, s, h)])
+        torch.autograd.backward([loss, embedded], [None, data(b, shape.seq_shard, h)])
     xm.optimizer_step(opt)
     xm.mark_step()
     opt.zero_grad()

@@ -126,7 +126,7 @@ def head_shape(model: ModelSpec, layout: Layout, work: Training) -> HeadShape | 
     if not model.vocab:
         return None
     return HeadShape(model.hidden, -(-model.vocab // layout.tp), model.norm, work.micro_batch,
-                     work.seq)
+                     work.seq, sp=layout.tp if layout.sp else 1)
 
 
 def shapes_for(model: ModelSpec, layout: Layout, work: Training) -> list[tuple[str, object]]:
@@ -180,9 +180,11 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     lps = layers_per_stage(model, layout)
     fwd_layer = layer.forward_ns / split
     bwd_layer = (layer.backward_ns + (layer.forward_ns if layout.recompute else 0.0)) / split
-    # a vocabulary-parallel head's two all-reduces; a vision head is replicated (no collective)
-    head_tp = 2 * comms.tp_collective_ns(place, "all_reduce", act_bytes) \
-        if head.step_ns and not model.patch else 0.0
+    # a vocabulary-parallel head's collectives, one the layer's way in each direction (the
+    # embedding's partial rows reduced, the LM head's input gradient reduced; with SP reduce-
+    # scattered, and the norm's output and the embedding's gradient all-gathered); a vision
+    # head is replicated (no collective)
+    head_tp = 2 * tp_one if head.step_ns and not model.patch else 0.0
     t_f = lps * (fwd_layer + tp_layer_fwd + moe) + head.forward_ns / split + head_tp / 2
     t_b = lps * (bwd_layer + tp_layer_bwd + moe) + head.backward_ns / split + head_tp / 2
     p2p = comms.pp_sendrecv_ns(place, act_bytes // (layout.tp if layout.sp else 1))
