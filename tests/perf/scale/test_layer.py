@@ -70,12 +70,12 @@ def test_a_sequence_parallel_layer_holds_a_token_shard_outside_the_tp_region():
     out = layer(x)
     assert out.shape == x.shape  # the layer's output is the shard its input was
     # what the collectives read: the norms' shards (all-gathers), the row-parallel outputs over
-    # the whole sequence (reduce-scatters)
-    assert [tuple(t.shape) for t in layer.kept] == [(2, 4, 32), (2, 16, 32)] * 2
+    # the whole sequence, as rows (reduce-scatters)
+    assert [tuple(t.shape) for t in layer.kept] == [(2, 4, 32), (32, 32)] * 2
     out.backward(torch.randn_like(out))
     assert x.grad.shape == x.shape
-    # backward: the reduce-scatters' conjugates hand a shard back, the all-gathers' a whole
-    assert [tuple(t.shape) for t in layer.kept[4:]] == [(2, 4, 32), (2, 16, 32)] * 2
+    # backward: the reduce-scatters' conjugates hand a shard back, the all-gathers' all rows
+    assert [tuple(t.shape) for t in layer.kept[4:]] == [(2, 4, 32), (32, 32)] * 2
     reference = build_layer(plain)
     for (name, p), (_, q) in zip(layer.named_parameters(), reference.named_parameters(),
                                  strict=True):
@@ -108,7 +108,7 @@ def test_a_sequence_parallel_head_reduce_scatters_the_embedding_and_gathers_the_
     loss, embedded = head(ids, hidden, ids)
     assert embedded.shape == (2, 4, 32)  # the first layer's token shard
     # what the collectives read: the embedding's partial rows of every token, the norm's shard
-    assert [tuple(t.shape) for t in head.kept] == [(2, 16, 32), (2, 4, 32)]
+    assert [tuple(t.shape) for t in head.kept] == [(32, 32), (2, 4, 32)]
     torch.autograd.backward([loss, embedded], [None, torch.randn(2, 4, 32)])
     assert hidden.grad.shape == hidden.shape and head.embed.weight.grad.shape == (50, 32)
     assert head.lm_head.weight.grad is not None

@@ -50,24 +50,26 @@ class LayerShape:
         return self.seq // self.sp
 
 
-def _collective(sp: int):
-    """An SP collective's boundary (module docstring): forward, `x`'s tokens go from
-    `x.shape[1]` to `x.shape[1] * sp` (all-gather; sp < 1: reduce-scatter); backward, the
-    conjugate. The result arrives as device data; the input is kept live in `kept`."""
+def _boundary():
+    """An SP collective's boundary (module docstring): `cross(x, kept, shape)` is a tensor of
+    `shape` (the all-gather's whole sequence as rows [tokens, hidden], or the reduce-scatter's
+    shard [b, seq / sp, hidden]); backward, a gradient of x's shape. The result arrives as
+    device data; the input (and the gradient arriving in backward) is kept live in `kept`.
+    The TP region works on rows, so what a collective reads is a projection's own result, not
+    a view of it that the compiler would copy out as an output."""
     import torch
 
     class Boundary(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, kept):
+        def forward(ctx, x, kept, shape):
             ctx.kept, ctx.shape = kept, x.shape
             kept.append(x)
-            b, t, h = x.shape
-            return torch.empty(b, round(t * sp), h, dtype=x.dtype, device=x.device)
+            return torch.empty(shape, dtype=x.dtype, device=x.device)
 
         @staticmethod
         def backward(ctx, grad):
             ctx.kept.append(grad)
-            return torch.empty(ctx.shape, dtype=grad.dtype, device=grad.device), None
+            return torch.empty(ctx.shape, dtype=grad.dtype, device=grad.device), None, None
 
     return Boundary.apply
 
@@ -114,16 +116,18 @@ def build_layer(shape: LayerShape):
             s = shape
             if s.sp > 1:  # x holds seq / sp tokens (module docstring)
                 self.kept = []
-                gather, scatter = _collective(s.sp), _collective(1 / s.sp)
-                attn = self.attention(gather(self.norm1(x), self.kept))
-                x = x + scatter(attn, self.kept)
-                return x + scatter(self.mlp(gather(self.norm2(x), self.kept)), self.kept)
+                cross, rows = _boundary(), (s.micro_batch * s.seq, s.hidden)
+                attn = self.attention(cross(self.norm1(x), self.kept, rows))
+                x = x + cross(attn, self.kept, x.shape)
+                return x + cross(self.mlp(cross(self.norm2(x), self.kept, rows)), self.kept,
+                                 x.shape)
             x = x + self.attention(self.norm1(x))
             return x + self.mlp(self.norm2(x))
 
         def attention(self, x):
+            """x: [b, t, hidden], or with SP the whole sequence's rows [b * t, hidden]."""
             s = shape
-            b, t, _ = x.shape
+            b, t = s.micro_batch, s.seq
             q, k, v = self.qkv(x).split(
                 [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1)
             q = q.reshape(b, t, s.heads, s.head_dim).transpose(1, 2)
@@ -135,7 +139,7 @@ def build_layer(shape: LayerShape):
                 k = k.repeat_interleave(s.heads // s.kv_heads, dim=1)
                 v = v.repeat_interleave(s.heads // s.kv_heads, dim=1)
             a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=s.causal)
-            return self.out(a.transpose(1, 2).reshape(b, t, s.heads * s.head_dim))
+            return self.out(a.transpose(1, 2).reshape(*x.shape[:-1], s.heads * s.head_dim))
 
         def mlp(self, x):
             h = self.up(x)
@@ -208,16 +212,17 @@ def build_head(shape: HeadShape):
             self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
 
         def forward(self, ids, hidden, labels):
-            embedded = self.embed(ids)
+            b, t = ids.shape
+            embedded = self.embed(ids.reshape(-1) if shape.sp > 1 else ids)  # SP: rows
             if self.norm is not None:
                 h = self.norm(hidden)
             else:
                 h = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + 1e-5) \
                     * self.norm_weight
             if shape.sp > 1:
-                self.kept = []
-                embedded = _collective(1 / shape.sp)(embedded, self.kept)
-                h = _collective(shape.sp)(h, self.kept)
+                self.kept, cross = [], _boundary()
+                embedded = cross(embedded, self.kept, hidden.shape)
+                h = cross(h, self.kept, (b * t, shape.hidden))
             logits = self.lm_head(h).float()
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape.vocab),
                                                      labels.reshape(-1))
