@@ -24,3 +24,8 @@ def test_bad_requests_are_named(capsys, argv, message):
     code, _, err = run(capsys, "train", *argv)
     assert code == 2
     assert message in err
+
+
+def test_shapes_only_with_tensorboard_is_refused(capsys):
+    code, _, err = run(capsys, "train", "--shapes-only", "--tensorboard", "runs")
+    assert code == 2 and "--shapes-only does not compute" in err

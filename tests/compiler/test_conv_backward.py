@@ -81,3 +81,29 @@ def test_transposed_convolution_backward_is_refused():
     with pytest.raises(UnsupportedError, match="transposed convolution"):
         TRANSLATIONS[BACKWARD](cx, g, x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1,
                                [True, True, False])
+
+
+def test_a_patch_gradient_arriving_as_rows_is_read_in_place():
+    """ViT's patch embedding hands its convolution the gradient of `flatten(2).transpose(1, 2)`:
+    a view of [N, patches, O] rows. The weight's and the bias's gradients read those rows in
+    place; the one view materialised is the pixels' patches (the forward's im2col)."""
+    from trnsim.compiler.passes import run_pipeline
+
+    n, o, c, k, side = 2, 256, 3, 4, 32
+    p = side // k
+    graph = Graph("patch_backward")
+    cx = Translator(graph)
+    rows = graph.add("input", (), {"index": 0, "name": "g", "shape": (n, p * p, o),
+                                   "dtype": "float32"}, name="g")
+    x = graph.add("input", (), {"index": 1, "name": "x", "shape": (n, c, side, side),
+                                "dtype": "float32"}, name="x")
+    w = graph.add("input", (), {"index": 2, "name": "w", "shape": (o, c, k, k),
+                                "dtype": "float32"}, name="w")
+    grad = cx.emit("reshape", [cx.emit("permute", [rows], dims=(0, 2, 1))], shape=(n, o, p, p))
+    results = TRANSLATIONS[BACKWARD](cx, grad, x, w, [o], (k, k), (0, 0), (1, 1), False,
+                                     [0, 0], 1, [False, True, True])
+    graph.outputs = [r for r in results if r is not None]
+    laid_out = run_pipeline(graph.verify(), stop_after="layout")
+    copies = [v for v in laid_out.nodes if v.op in ("reshape", "permute")
+              and v.attrs.get("fold") == "copy"]
+    assert len(copies) == 1 and copies[0].shape == (n, p, p, c, k, k)

@@ -89,6 +89,22 @@ def test_reshaping_a_transposed_view_transposes_once_in_its_own_shape(rng):
     assert len(result.program.instructions) < 400
 
 
+def test_a_transposed_view_with_split_contiguous_axes_transposes_in_full_blocks(rng):
+    """ViT's patch gradient: [N, O, 14, 14] read as [N, 14, 14, O] (its patch axes contiguous
+    with each other). The two patch axes step through as one, so the transpose runs in
+    128-wide blocks over all 196 patches, not 14-wide ones per patch row."""
+    x = rng.standard_normal((2, 256, 14, 14)).astype(np.float32)
+
+    def kernel(out, x):
+        copy(out, hbm_view(x, (2, 14, 14, 256), (256 * 196, 14, 1, 196)))
+
+    result = run(kernel, [x], (2, 14, 14, 256), "float32")
+    np.testing.assert_array_equal(result.output, x.transpose(0, 2, 3, 1))
+    # per image 2 x 2 blocks of [196, 256], each a load, a transpose, an eviction and a store
+    # (per patch row it was 14 x 2 blocks of 14 x 128)
+    assert len(result.program.instructions) < 2 * 2 * 2 * 4 + 16
+
+
 def test_a_sliding_window_view_is_copied_row_by_row_not_transposed(rng):
     """nn.Unfold's windows over [2, 192, 208] (window start and position both step by 1): rows
     are contiguous, so it is a plain DMA copy. Read as a transpose, it took 307,200 instructions."""

@@ -66,3 +66,22 @@ def test_step_trace_makes_a_report(trained):
     assert len(trace.cores) == report["graphs"]
     total = sum(figures(core).total_ns for core in trace.cores)
     assert total == pytest.approx(report["step_ms"] * 1e6, rel=1e-9)
+
+
+def test_shapes_only_times_the_same_step_without_values(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TRNSIM_CACHE_DIR": str(tmp_path / "cache")}
+    argv = [sys.executable, "-c", TINY, "train", "--model", "tiny-gpt2", "--steps", "2",
+            "--seq", "32", "--micro-batch", "2", "--json"]
+    reports = []
+    for extra in ([], ["--shapes-only"]):
+        done = subprocess.run(argv + extra, capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        reports.append(json.loads(done.stdout))
+    valued, shapes = reports
+    # no instruction's cost depends on a value: the same graphs, the same step
+    assert shapes["step_ms"] == pytest.approx(valued["step_ms"], rel=1e-9)
+    assert shapes["phase_ms"] == pytest.approx(valued["phase_ms"], rel=1e-9)
+    refused = subprocess.run([*argv, "--shapes-only", "--tensorboard", "runs"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert refused.returncode == 2 and "--shapes-only does not compute" in refused.stderr

@@ -185,3 +185,12 @@ def test_shapes_only_device_times_the_step_as_the_valued_one_and_refuses_reads(t
     assert shapes["phase_ms"] == valued["phase_ms"]  # no instruction's cost reads a value
     assert shapes["read"].startswith("ShapesOnlyError: .item() reads a device value")
     assert "shapes_only.py:" in shapes["read"]
+
+
+def test_activation_checkpointing_trains_to_the_plain_gradients(tmp_path):
+    import numpy as np
+
+    result = run_script(tmp_path, str(SCRIPTS / "checkpointing.py"))
+    plain, checkpointed = result["plain"], result["checkpointed"]
+    np.testing.assert_allclose(checkpointed["grad"], plain["grad"], rtol=1e-6, atol=1e-6)
+    assert checkpointed["backward_ms"] > 0

@@ -27,6 +27,9 @@ def train(
                               "last one's)."),
     layers: int | None = typer.Option(None, "--layers", help="Override the layer count (a "
                                       "shallower copy for a quick look)."),
+    shapes_only: bool = typer.Option(False, "--shapes-only", help="Time the step without "
+                                     "values (TRNSIM_XLA_VALUES=shapes): the model on the meta "
+                                     "device, host memory for its graphs only; no loss."),
     as_json: bool = typer.Option(False, "--json", help="Print the step report as JSON."),
     trace: str = typer.Option(None, "--trace", help="Write the Perfetto trace of the last step "
                               "here (a report: trnsim profile view FILE)."),
@@ -49,7 +52,7 @@ def train(
                               grad_accum=grad_accum, seq=seq, dtype=dtype,
                               stochastic_rounding=sr, dp=dp, optimizer=optimizer, steps=steps,
                               layers=layers, progress=lambda _: bar.advance(task), trace=trace,
-                              tensorboard=tensorboard)
+                              tensorboard=tensorboard, shapes_only=shapes_only)
     if as_json:
         typer.echo(json.dumps({**report.to_dict(), "trace": trace, "tensorboard": tensorboard},
                               indent=2))

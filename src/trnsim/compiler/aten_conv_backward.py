@@ -17,7 +17,9 @@ IR's own operators, so each piece runs on a kernel the forward already uses:
 - A patchify convolution (kernel = stride, ViT's patch embedding), which the forward runs as
   one matmul of patch rows (`aten.patch_rows`), differentiates as that matmul does: the patch
   rows times the gradient for the weight, the gradient times the weight scattered back to
-  patches (a view) for the input.
+  patches (a view) for the input, and its bias gradient sums the gradient's rows: when the
+  gradient arrives as a view of those rows (ViT's `flatten(2).transpose(1, 2)` undone), every
+  reader reads it in place and none materialises the transposed form.
 """
 
 from __future__ import annotations
@@ -53,14 +55,18 @@ def _convolution_backward(cx: Translator, grad: Node, x: Node, w: Node,
     want_x, want_w, want_b = (bool(m) for m in output_mask)
     gx = gw = gb = None
     if patchify(w.shape, stride, padding, dilation, groups, x.shape):
-        gx, gw = _patch_backward(cx, grad, x, w, want_x, want_w)
+        g_rows = cx.emit("reshape", [cx.emit("permute", [grad], dims=(0, 2, 3, 1))],
+                         shape=(grad.shape[0] * grad.shape[2] * grad.shape[3], grad.shape[1]))
+        gx, gw = _patch_backward(cx, g_rows, x, w, want_x, want_w)
+        if want_b:  # summed from the rows: every reader of the gradient reads it as rows
+            gb = cx.emit("sum", [g_rows], axes=(0,), keepdim=False)
     else:
         if want_x:
             gx = _input_grad(cx, grad, x, w, stride, padding, dilation, int(groups))
         if want_w:
             gw = _weight_grad(cx, grad, x, w, stride, padding, dilation, int(groups))
-    if want_b:
-        gb = cx.emit("sum", [grad], axes=(0, 2, 3), keepdim=False)
+        if want_b:
+            gb = cx.emit("sum", [grad], axes=(0, 2, 3), keepdim=False)
     return _cast(cx, gx, x), _cast(cx, gw, w), _cast(cx, gb, grad)
 
 
@@ -82,13 +88,12 @@ def _conv1d_backward(cx: Translator, grad: Node, x: Node, w: Node, bias_sizes: A
     return back(gx, x), back(gw, w), gb
 
 
-def _patch_backward(cx: Translator, grad: Node, x: Node, w: Node, want_x: bool, want_w: bool
-                    ) -> tuple[Node | None, Node | None]:
+def _patch_backward(cx: Translator, g_rows: Node, x: Node, w: Node, want_x: bool,
+                    want_w: bool) -> tuple[Node | None, Node | None]:
+    """`g_rows` [N * patches, O]: the output gradient as the forward's matmul wrote it."""
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     ph, pw = h // kh, wd // kw
-    g_rows = cx.emit("reshape", [cx.emit("permute", [grad], dims=(0, 2, 3, 1))],
-                     shape=(n * ph * pw, o))  # [N * patches, O]
     gx = gw = None
     if want_w:  # [O, N*patches] @ [N*patches, C*kh*kw]
         gw = cx.emit("matmul", [cx.emit("permute", [g_rows], dims=(1, 0)),

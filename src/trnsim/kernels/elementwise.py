@@ -153,9 +153,36 @@ def copy(out: Tile, x: Tile) -> None:
         axis = _unit_stride_axis(x)
         if axis is not None and out.ndim >= 2 and not x.dtype_spec.is_int:
             # (integers keep every bit through DMA; a TensorE transpose passes through fp32)
-            _transposing_copy(out, x, axis)
-            return
+            out, x = _coalesced(out, x)
+            axis = _unit_stride_axis(x)
+            if axis is not None and out.ndim >= 2:
+                _transposing_copy(out, x, axis)
+                return
         _blocked(out, [x], None)
+
+
+def _coalesced(out: Tile, x: Tile) -> tuple[Tile, Tile]:
+    """`out` and `x` (HBM views of one shape) with each run of adjacent axes that both step
+    through as one axis merged, and unit axes dropped: a transpose's blocks then span the
+    merged axis (ViT's patch gradient [64, 14, 14, 768] read 14 at a time along a [64, 768, 196]
+    buffer becomes [64, 196, 768]: 128-wide blocks, not 14-wide)."""
+    so, sx = hbm_strides(out), hbm_strides(x)
+    shape: list[int] = []
+    steps_o: list[int] = []
+    steps_x: list[int] = []
+    for size, o, s in zip(out.shape, so, sx, strict=True):
+        if size == 1:
+            continue
+        if shape and steps_o[-1] == o * size and steps_x[-1] == s * size:
+            shape[-1] *= size
+            steps_o[-1], steps_x[-1] = o, s
+        else:
+            shape.append(size)
+            steps_o.append(o)
+            steps_x.append(s)
+    if len(shape) == out.ndim:
+        return out, x
+    return hbm_view(out, shape, steps_o), hbm_view(x, shape, steps_x)
 
 
 def _refine(a: tuple[int, ...], b: tuple[int, ...]) -> list[list[int]] | None:

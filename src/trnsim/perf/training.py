@@ -5,7 +5,10 @@ on the lazy device (`trnsim.runtime.xla`), so it is compiled and timed exactly a
 script is. Data parallel degree N is the timing mode: one rank runs, and each gradient
 all-reduce is timed for N ranks on the instance's fabric (ranks of data parallelism are
 identical, so one rank's step is every rank's). Weights are random and real (the device computes
-values on CPU): pass `--layers` to time a shallower copy of a large model quickly.
+values on CPU): pass `--layers` to time a shallower copy of a large model quickly, or
+`--shapes-only` to time the whole model without values (`TRNSIM_XLA_VALUES=shapes`: the model
+is built on the meta device and every tensor is a shape and a dtype, so host memory holds the
+graphs, not the weights; no loss is computed).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from trnsim.errors import InvalidArgumentError, UnknownNameError
@@ -84,11 +87,12 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
                  stochastic_rounding: bool | None = None, dp: int = 1, optimizer: str = "adamw",
                  steps: int = 3, layers: int | None = None,
                  progress: Callable[[int], None] | None = None, trace: str | None = None,
-                 tensorboard: str | None = None):
+                 tensorboard: str | None = None, shapes_only: bool = False):
     """Train `model` for `steps` optimizer steps; returns the last step's `StepReport`.
     `trace`: also write the Perfetto trace of the last step to this file. `tensorboard`: log
     loss, step time, throughput and MFU of every step to TensorBoard event files in this
-    directory (`trnsim.runtime.xla.tensorboard`)."""
+    directory (`trnsim.runtime.xla.tensorboard`). `shapes_only`: time the step without values
+    (module docstring)."""
     from trnsim import hardware
 
     entry = train_entry(model)
@@ -101,6 +105,9 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
                         ("dp", dp), ("steps", steps)):
         if value < 1:
             raise InvalidArgumentError(f"{what} must be at least 1, got {value}")
+    if shapes_only and tensorboard is not None:
+        raise InvalidArgumentError("--tensorboard logs each step's loss, which --shapes-only "
+                                   "does not compute (no values)")
     cores = spec.logical_cores()
     if dp > cores * 512:
         raise InvalidArgumentError(f"dp {dp} is more NeuronCores than 512 {spec.name} hold")
@@ -110,6 +117,11 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
         os.environ["XLA_USE_BF16"] = "1"
     if stochastic_rounding is not None:
         os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if stochastic_rounding else "0"
+    if shapes_only:
+        from trnsim.runtime.xla.device import DEVICE, VALUES_ENV
+
+        os.environ[VALUES_ENV] = "shapes"
+        DEVICE.shapes_only = True  # the device was made on import, before the variable was set
     from trnsim.runtime.xla import api
 
     writer = _tensorboard_writer(tensorboard)  # TensorBoard missing: an error before any work
@@ -120,7 +132,7 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
 
         try:
             _train_steps(entry, micro_batch, grad_accum, seq or entry.default_seq, optimizer,
-                         steps, layers, progress, writer)
+                         steps, layers, progress, writer, shapes_only)
         finally:
             if writer is not None:
                 from trnsim.runtime.xla.tensorboard import unregister
@@ -133,11 +145,13 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
 
 
 def _train_steps(entry: TrainEntry, micro_batch: int, grad_accum: int, seq: int, optimizer: str,
-                 steps: int, layers: int | None, progress, writer) -> None:
+                 steps: int, layers: int | None, progress, writer,
+                 shapes_only: bool = False) -> None:
     import torch
     import torch_xla.core.xla_model as xm
 
-    net = entry.build(layers)
+    with torch.device("meta") if shapes_only else nullcontext():
+        net = entry.build(layers)  # shapes only: no weight is ever allocated
     device = xm.xla_device()
     net.to(device)
     opt = (torch.optim.AdamW(net.parameters(), lr=1e-4) if optimizer == "adamw" else

@@ -123,3 +123,18 @@ def test_every_figure_says_where_it_came_from():
     assert "h64-q2-kv2-d16-f64" in sources["per_layer_ms.forward"]
     assert "recomputation" in sources["per_layer_ms.backward"]
     assert "ZeRO-1" in sources["breakdown_ms.dp_reduction_exposed"]
+
+
+def test_sequence_parallelism_shards_the_layers_tokens_over_tp():
+    from trnsim.perf.scale.plan import layer_shape
+
+    model = ModelSpec("m", layers=2, hidden=64, heads=8, kv_heads=8, head_dim=8, ffn=128,
+                      vocab=0)
+    system = parse_system("trn1.32xlarge")
+    work = Training(seq=64, global_batch=4, micro_batch=1)
+    layout = resolve_layout(model, system, parse_layout("TP8 SP"), work)
+    assert layer_shape(model, layout, work).sp == 8
+    assert layer_shape(model, resolve_layout(model, system, parse_layout("TP8"), work),
+                       work).sp == 1
+    with pytest.raises(InvalidArgumentError, match="does not divide"):
+        resolve_layout(model, system, parse_layout("TP8 SP"), Training(seq=60, global_batch=4))

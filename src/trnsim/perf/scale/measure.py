@@ -72,17 +72,17 @@ def _step(kind: str, shape, optimizer: str) -> dict:
         # the output's gradient arrives as the next layer hands it back: device data, not a
         # loss computed here (whose mean and square would add their own kernels, a broadcast
         # of the mean's gradient over every activation, to the layer's backward)
-        x = data(b, s, h).requires_grad_(True)
-        module(x).backward(data(b, s, h))
+        x = data(b, shape.seq_shard, h).requires_grad_(True)  # SP: the layer's token shard
+        module(x).backward(data(b, shape.seq_shard, h))
     else:
         if shape.patch:  # pixels in, one class per image
             side = shape.image_side
             ids, labels = data(b, shape.channels, side, side), data(b, dtype=torch.long)
         else:
             ids, labels = data(b, s, dtype=torch.long), data(b, s, dtype=torch.long)
-        hidden = data(b, s, h).requires_grad_(True)
+        hidden = data(b, shape.seq_shard, h).requires_grad_(True)  # SP: a token shard
         loss, embedded = module(ids, hidden, labels)
-        torch.autograd.backward([loss, embedded], [None, data(b, s, h)])
+        torch.autograd.backward([loss, embedded], [None, data(b, shape.seq_shard, h)])
     xm.optimizer_step(opt)
     xm.mark_step()
     opt.zero_grad()
@@ -118,7 +118,7 @@ def measure_one(kind: str, shape, optimizer: str) -> dict:
     elif shape.micro_batch > 1 and shape.micro_batch % 2 == 0:
         part = measure_one(kind, replace(shape, micro_batch=shape.micro_batch // 2), optimizer)
         how, scale = "micro-batch halves", 2
-    elif shape.seq >= 512 and shape.seq % 4 == 0:
+    elif shape.seq >= 512 and shape.seq % (4 * shape.sp) == 0:
         half = measure_one(kind, replace(shape, seq=shape.seq // 2), optimizer)
         quarter = measure_one(kind, replace(shape, seq=shape.seq // 4), optimizer)
         print(f"trnsim plan: {kind} {shape.key()}: {reason}; composed from seq {shape.seq // 2}"

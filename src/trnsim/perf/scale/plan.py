@@ -90,6 +90,10 @@ def resolve_layout(model: ModelSpec, system: System, layout: Layout, work: Train
                                    f"and DP ({dp})")
     if layout.sp and layout.tp == 1:
         layout = replace(layout, sp=False)
+    if layout.sp and work.seq % layout.tp:
+        raise InvalidArgumentError(f"{layout.label()}: sequence parallelism splits the "
+                                   f"{work.seq} tokens over TP{layout.tp}, which does not "
+                                   f"divide them")
     return replace(layout, dp=dp, lnc=system.lnc)
 
 
@@ -111,7 +115,8 @@ def layer_shape(model: ModelSpec, layout: Layout, work: Training) -> LayerShape:
     # a token visits `experts_per_token` experts; with EP the experts' tokens are balanced
     ffn = -(-model.ffn * model.experts_per_token // tp)
     return LayerShape(model.hidden, model.heads // tp, kv, model.head_dim, ffn, model.gated,
-                      model.norm, model.causal, model.rotary, work.micro_batch, work.seq)
+                      model.norm, model.causal, model.rotary, work.micro_batch, work.seq,
+                      sp=tp if layout.sp else 1)
 
 
 def head_shape(model: ModelSpec, layout: Layout, work: Training) -> HeadShape | None:
@@ -121,7 +126,7 @@ def head_shape(model: ModelSpec, layout: Layout, work: Training) -> HeadShape | 
     if not model.vocab:
         return None
     return HeadShape(model.hidden, -(-model.vocab // layout.tp), model.norm, work.micro_batch,
-                     work.seq)
+                     work.seq, sp=layout.tp if layout.sp else 1)
 
 
 def shapes_for(model: ModelSpec, layout: Layout, work: Training) -> list[tuple[str, object]]:
@@ -175,9 +180,11 @@ def compose(model: ModelSpec, system: System, layout: Layout, work: Training, m:
     lps = layers_per_stage(model, layout)
     fwd_layer = layer.forward_ns / split
     bwd_layer = (layer.backward_ns + (layer.forward_ns if layout.recompute else 0.0)) / split
-    # a vocabulary-parallel head's two all-reduces; a vision head is replicated (no collective)
-    head_tp = 2 * comms.tp_collective_ns(place, "all_reduce", act_bytes) \
-        if head.step_ns and not model.patch else 0.0
+    # a vocabulary-parallel head's collectives, one the layer's way in each direction (the
+    # embedding's partial rows reduced, the LM head's input gradient reduced; with SP reduce-
+    # scattered, and the norm's output and the embedding's gradient all-gathered); a vision
+    # head is replicated (no collective)
+    head_tp = 2 * tp_one if head.step_ns and not model.patch else 0.0
     t_f = lps * (fwd_layer + tp_layer_fwd + moe) + head.forward_ns / split + head_tp / 2
     t_b = lps * (bwd_layer + tp_layer_bwd + moe) + head.backward_ns / split + head_tp / 2
     p2p = comms.pp_sendrecv_ns(place, act_bytes // (layout.tp if layout.sp else 1))

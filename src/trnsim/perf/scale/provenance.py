@@ -65,7 +65,8 @@ def training_sources(model: ModelSpec, system: System, layout: Layout, work: Tra
                                                  head_shape, head, system, work)
                                       if head_shape is not None else "not timed"),
         "breakdown_ms.tp_collectives": "derived: micro-batches x per-layer TP collectives "
-                                       f"(+ the head's 2 all-reduces), each from the {fabric}",
+                                       f"(+ the head's two, one each way: {tp_op}), each "
+                                       f"from the {fabric}",
         "breakdown_ms.ep_all_to_all": f"{fabric}: token dispatch and combine (all-to-all) over "
                                       "expert-parallel ranks",
         "breakdown_ms.pipeline_bubble": "derived: (PP - 1) / V slots of the simulated stage "

@@ -6,13 +6,22 @@ system, ``parallelism`` the layout (``DP32``, ``TP32 DP32 ZeRO-1``; empty: DP ov
 tokens are their patches), ``global_batch`` sequences per optimizer step, ``dtype`` the training
 precision and ``optimizer``. The predicted value is the planner's throughput in sequences (or
 images) per second for the whole job.
+
+A row run with NeuronX Distributed (its name says so) and tensor parallelism runs sequence
+parallelism with it: NxD's pretraining scripts pass ``--sequence_parallel_enabled`` (Llama 3.1
+8B's ``tp_zero1_llama3_8B_hf_pretrain.sh``, the 70B TP+PP scripts) and its tutorials list
+"Sequence Parallel" among the optimizations the published configurations apply.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from trnsim.errors import TrnsimError
+from trnsim.perf.scale.layout import Layout, parse_layout
+
+_NXD = re.compile(r"neuronx[ -]distributed|\bnxd\b", re.IGNORECASE)
 
 
 def precision_of(dtype_text: str) -> str:
@@ -36,10 +45,17 @@ def _int(row: dict, column: str, default: int | None = None) -> int | None:
     return int(match.group())
 
 
+def row_layout(row: dict) -> Layout:
+    """The row's parallelism, with what its framework runs by default (module docstring)."""
+    layout = parse_layout(row.get("parallelism") or "")
+    if _NXD.search(row.get("name") or "") and layout.tp > 1:
+        layout = replace(layout, sp=True)
+    return layout
+
+
 def predict_training(row: dict) -> float:
     from trnsim.perf.scale import (
         Training,
-        parse_layout,
         parse_system,
         plan_training,
         resolve_model,
@@ -48,7 +64,7 @@ def predict_training(row: dict) -> float:
     name = re.sub(r"\s*\(.*\)\s*$", "", row["name"]).strip()
     model = resolve_model(name)
     system = parse_system(f"{row['instance']} x {_int(row, 'nodes', 1)}")
-    layout = parse_layout(row.get("parallelism") or "")
+    layout = row_layout(row)
     micro = _int(row, "batch", 1)
     vision = not model.vocab
     seq = model.default_seq if vision else _int(row, "seq", model.default_seq)

@@ -106,6 +106,10 @@ def register_backend() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend(DEVICE_TYPE)
+    # the device module's autocast dtypes: torch.utils.checkpoint's recomputation enters
+    # `torch.amp.autocast(device_type)` for each checkpointed tensor's device and asks for them
+    # (activation checkpointing, as NxD's selective checkpointing runs it)
+    getattr(torch, DEVICE_TYPE).get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16]
     _register_factories()
     from trnsim.runtime.xla import flash
 
