@@ -52,7 +52,7 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
             continue
         if name in changes:
             continue
-        read, written = _among(ap, reads), _among(ap, writes)
+        read, written = ap in reads, ap in writes
         if read and written:
             continue  # read-modify-write: a copy would not be the same instruction
         if ap.memory is Memory.SBUF and engine is not Engine.DMA and (read or written) and \
@@ -88,13 +88,6 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
     for temp in temps:
         trace.release(temp.tile)
     return [*copies[:len(before)], main, *copies[len(before):]]
-
-
-def _among(ap: AccessPattern, aps: tuple[AccessPattern, ...]) -> bool:
-    """`ap in aps`, comparing hashes before fields (patterns cache their hash; the dataclass
-    equality builds two tuples): every operand of every traced instruction is looked up."""
-    key = hash(ap)
-    return any(other is ap or (hash(other) == key and other == ap) for other in aps)
 
 
 def stage_compiler_psum(trace: Trace, cls: type[Instruction], fields: dict) -> dict:
