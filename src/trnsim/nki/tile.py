@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 MAX_FREE_DIMS = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Axis:
     size: int
     pstep: int = 0  # partitions per index step (on-chip partition axis: 1)
@@ -38,6 +38,14 @@ class Axis:
     # modulo allocation (ncc mod_alloc's num_free_tiles / num_bank_tiles): logical block i of
     # this axis lives in physical block i % wrap; 0 is no wrapping
     wrap: int = 0
+
+    def __init__(self, size: int, pstep: int = 0, fstep: int = 0, tag: int | None = None,
+                 wrap: int = 0) -> None:
+        # written straight into the instance dict: a frozen dataclass's generated __init__ calls
+        # object.__setattr__ per field, and tracing builds a few axes per indexed view (half of
+        # index_view's time on a Llama-2-7B layer's matmuls)
+        d = self.__dict__
+        d["size"], d["pstep"], d["fstep"], d["tag"], d["wrap"] = size, pstep, fstep, tag, wrap
 
 
 @dataclass
@@ -105,7 +113,7 @@ class Tile:
     # --- basic properties ----------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(a.size for a in self._axes)
+        return tuple([a.size for a in self._axes])
 
     @property
     def ndim(self) -> int:
@@ -297,7 +305,52 @@ def _normalise_key(key, rank: int) -> list:
     return key + [slice(None)] * (rank - len(key))
 
 
+def _plain_view(tile: Tile, key) -> Tile | None:
+    """`index_view` of the common key (one in-bounds integer or unit-step slice of plain ints
+    per axis, no modulo-allocated axis), or None for the general path. Tracing a matmul indexes
+    five views per instruction; this skips the general path's per-part dispatch."""
+    parts = key if type(key) is tuple else (key,)
+    axes = tile._axes
+    if len(parts) != len(axes):
+        return None
+    poffset, foffset = tile._poffset, tile._foffset
+    basic: list[Axis] = []
+    for axis, part in zip(axes, parts):  # noqa: B905 - lengths checked above
+        size = axis.size
+        if axis.wrap:
+            return None
+        if type(part) is slice:
+            start, stop = part.start, part.stop
+            if part.step is not None:
+                return None
+            if start is None:
+                start = 0
+            elif type(start) is not int or not 0 <= start <= size:
+                return None
+            if stop is None:
+                stop = size
+            elif type(stop) is not int or not 0 <= stop <= size:
+                return None
+            if stop <= start:
+                return None  # empty: the general path refuses it
+            poffset += start * axis.pstep
+            foffset += start * axis.fstep
+            basic.append(Axis(stop - start, axis.pstep, axis.fstep, axis.tag))
+        elif type(part) is int and 0 <= part < size:
+            poffset += part * axis.pstep
+            foffset += part * axis.fstep
+        else:
+            return None
+    if len(basic) == 1 and basic[0].pstep and tile._storage.memory is not Memory.HBM:
+        basic.append(Axis(1))  # t[:, j] of an on-chip tile is the column [P, 1], as NKI keeps it
+    return type(tile)(tile._trace, tile._storage, tuple(basic), tile._dtype, poffset, foffset,
+                      name=tile.name, checks=tuple(tile._checks))
+
+
 def index_view(tile: Tile, key) -> Tile:
+    view = _plain_view(tile, key)
+    if view is not None:
+        return view
     parts = _normalise_key(key, tile.ndim)
     poffset, foffset = tile._poffset, tile._foffset
     basic: list[Axis] = []
@@ -487,9 +540,12 @@ def to_access_pattern(tile: Tile) -> AccessPattern:
 
 def to_access_pattern_raw(tile: Tile) -> AccessPattern:
     storage = tile._storage
-    axes = [a for a in tile._axes if a.size != 1]
-    if any(a.size == 0 for a in tile._axes):
-        raise InvalidArgumentError("the mask selects no elements of this operand")
+    axes = []
+    for a in tile._axes:
+        if a.size != 1:
+            if a.size == 0:
+                raise InvalidArgumentError("the mask selects no elements of this operand")
+            axes.append(a)
     dtype = tile._dtype
     if storage.memory is Memory.HBM:
         if not axes:
@@ -501,7 +557,7 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
                              dims=dims, offset=tile._foffset * dtype.itemsize,
                              partition_step=first.fstep, tensor=storage.name)
     partition_axes = [a for a in axes if a.pstep != 0]
-    if len(partition_axes) > 1 or any(a.pstep not in (0, 1) for a in axes):
+    if len(partition_axes) > 1 or (partition_axes and partition_axes[0].pstep != 1):
         raise InvalidArgumentError(f"operand {tile.name or ''} strides over partitions; on-chip "
                                    f"operands have one contiguous partition dimension")
     if partition_axes:
@@ -523,13 +579,14 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
 
 
 def _merge(axes: list[Axis]) -> tuple[tuple[int, int], ...]:
-    dims: list[list[int]] = []
+    dims: list[tuple[int, int]] = []
     for axis in axes:
-        if dims and dims[-1][0] == axis.fstep * axis.size:
-            dims[-1] = [axis.fstep, dims[-1][1] * axis.size]
+        fstep, size = axis.fstep, axis.size
+        if dims and dims[-1][0] == fstep * size:
+            dims[-1] = (fstep, dims[-1][1] * size)
         else:
-            dims.append([axis.fstep, axis.size])
-    return tuple((s, n) for s, n in dims)
+            dims.append((fstep, size))
+    return tuple(dims)
 
 
 def _check_dims(dims, tile: Tile) -> None:

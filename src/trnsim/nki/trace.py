@@ -365,9 +365,13 @@ class Trace:
         inner = getattr(instruction, "inner", instruction)
         accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
         written = inner.writes()  # a destination listed as read keeps what it does not write
-        for ap, what in [*((ap, "reads") for ap in inner.reads() if ap not in written),
+        reads = inner.reads()
+        for ap, what in [*((ap, "reads") for ap in reads),
                          *([(accumulating, "accumulates into")] if accumulating else [])]:
+            # the cheap tests first: most operands are HBM or written already
             if ap.memory is Memory.HBM or not ap.tensor or ap.tensor in self._written_onchip:
+                continue
+            if what == "reads" and ap in written:
                 continue
             key = (instruction.source, ap.tensor)
             if key not in self._warned:
@@ -376,18 +380,13 @@ class Trace:
                     f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
                     f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
                     f"the simulated values are NaN)"), stacklevel=2)
-        self._note_sbuf_uses(inner)
+        self.note_uses((*reads, *written))
         for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
                 self.write_versions[ap.tensor] = self.write_versions.get(ap.tensor, 0) + 1
             if ap.memory is Memory.PSUM:
                 self._psum_spans.setdefault(ap.tensor, {})[_span(ap)] = None
-
-    def _note_sbuf_uses(self, instruction: Instruction) -> None:
-        """Record the current call as the latest use of the SBUF tiles (and PSUM tiles the
-        compiler placed) the instruction touches."""
-        self.note_uses((*instruction.reads(), *instruction.writes()))
 
     def note_uses(self, aps) -> None:
         """Record the current call as the latest use of the tracked tiles of these operands (also

@@ -229,10 +229,11 @@ def matmul_pending(stationary: Tile, moving: Tile, predicate=None, perf_mode=Non
     n = moving.size // moving.shape[0] if perf_mode is None else moving.shape[-1]
 
     def emit(dst: Tile, accumulate: bool = False) -> None:
-        st = stationary.access(predicate, stationary.tags)
+        masked = predicate is not None  # the tags matter only to a mask
+        st = stationary.access(predicate, stationary.tags if masked else None)
         trace.emit_now(LoadStationary, src=st, perf_mode=perf_mode)
-        trace.emit_now(MultiplyMoving, dst=dst.access(predicate), moving=moving.access(predicate,
-                                                                                       moving.tags),
+        trace.emit_now(MultiplyMoving, dst=dst.access(predicate), moving=moving.access(
+                           predicate, moving.tags if masked else None),
                        stationary=st, accumulate=accumulate, perf_mode=perf_mode,
                        moving_onezero=moving_onezero, stationary_onezero=stationary_onezero)
 
