@@ -93,7 +93,8 @@ def test_check_fails_when_a_cost_reads_an_address(monkeypatch):
     program = b.build()
     assert len({t.offset % 7 for t in tiles}) > 1
     monkeypatch.setattr(Activation, "cost", by_offset)
-    monkeypatch.setattr("trnsim.sim.plan._FACTS", {})
+    monkeypatch.setattr("trnsim.sim.plan._FACTS", {})  # a fresh process
+    monkeypatch.setattr("trnsim.sim.plan._PATTERNS", {})
     plans = Planner(program.target).plan_program(program)
     with pytest.raises(PlanMismatchError, match="busy"):
         compare_plans(program, program.target, plans)

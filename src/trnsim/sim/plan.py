@@ -17,12 +17,12 @@ cost, transfer, FLOPs, ports, HBM bytes) is kept process-wide per *pattern*: the
 key with each access pattern replaced by its form (`AccessPattern.form`: no offset, start
 partition or tensor). A lowered program's thousands of distinct instructions (every matmul tile
 at its own addresses) are ~100 patterns, so `cost` runs once per pattern, and only what depends
-on addresses is found per instruction: `check`'s bounds (run once per distinct instruction,
-remembered process-wide by key), regions, HBM bounds, the HBM traffic of on-chip tensors and
-in-place hand-offs. `TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions``
-(facts from each distinct instruction itself, the reference) or ``check`` (both, and a
-`PlanMismatchError` at the first plan field that differs by as much as one bit:
-`trnsim.sim.plan_check`).
+on addresses is found per distinct instruction: `check` (its facts are then also kept under the
+instruction's key, so an equal instruction in another program skips check and pattern with one
+look-up), regions, HBM bounds, the HBM traffic of on-chip tensors and in-place hand-offs.
+`TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions`` (facts from each
+distinct instruction itself, the reference) or ``check`` (both, and a `PlanMismatchError` at
+the first plan field that differs by as much as one bit: `trnsim.sim.plan_check`).
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ class PortTable:
                      if code in streams and memory in memories)
 
 
-# InstructionFacts of every pattern met, per core (see `InstructionFacts`), and the keys of the
-# instructions checked on each core; each cleared when it holds this many (a bound on memory,
-# not on correctness)
+# InstructionFacts per core of every checked instruction met, by its key (so an equal
+# instruction skips check and facts with one look-up), and of every pattern met (so another
+# instruction of that pattern skips its facts); each cleared when it holds this many (a bound on
+# memory, not on correctness)
 _FACTS: dict = {}
-_CHECKED: dict = {}
+_PATTERNS: dict = {}
 _FACTS_KEPT = 1_000_000
 
 PLAN_ENV = "TRNSIM_PLAN"
@@ -135,13 +136,13 @@ class Planner:
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
         self._columns: dict[str, tuple[int, np.ndarray]] = {}
-        # InstructionFacts by pattern (by_pattern=False: by instruction key, for this planner
-        # alone, the reference `plan_check` compares with) and the keys checked on this core:
-        # process-wide for the core's own port table
+        # InstructionFacts by instruction key and by pattern: process-wide for the core's own
+        # port table (by_pattern=False: by key alone, for this planner alone, the reference
+        # `plan_check` compares with)
         shared = ports is None and by_pattern
         self.by_pattern = by_pattern
         self._facts = _FACTS.setdefault(core, {}) if shared else {}
-        self._checked = _CHECKED.setdefault(core, set()) if shared else set()
+        self._patterns = _PATTERNS.setdefault(core, {}) if shared else {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
@@ -199,29 +200,30 @@ class Planner:
 
     def _new(self, ins: Instruction, program: Program, check: bool = True, key=None) -> Plan:
         """check=False for instructions their front end checked, on this core, when it emitted
-        them. `key`: the instruction's `key` (None: not hashable), remembered process-wide once
-        checked; its `InstructionFacts` are kept under its `pattern`."""
+        them. `key`: the instruction's `key` (None: not hashable), under which its
+        `InstructionFacts` are kept process-wide once it is checked; they are found once per
+        `pattern`."""
         kind = getattr(type(ins), "KIND", "")
         if kind:
             self.has_kinds = True
             self.has_dynamic = self.has_dynamic or kind == "dynamic"
-        if check and (key is None or key not in self._checked):
+        facts = self._facts.get(key) if key is not None else None
+        if facts is None and check:
             ins.check(self.core)
-            if key is not None:
-                _remember(self._checked, key)
         reads, writes = ins.reads(), ins.writes()
         for ap in (*reads, *writes):
             if ap.memory is Memory.HBM and ap not in self._bounded:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
-        pattern = None if key is None else self.pattern(key) if self.by_pattern else key
-        facts = self._facts.get(pattern) if pattern is not None else None
         if facts is None:
-            facts = instruction_facts(ins, self.core, self.ports)
-            if pattern is not None:
-                if len(self._facts) >= _FACTS_KEPT:
-                    self._facts.clear()
-                self._facts[pattern] = facts
+            pattern = self.pattern(key) if key is not None and self.by_pattern else None
+            facts = self._patterns.get(pattern) if pattern is not None else None
+            if facts is None:
+                facts = instruction_facts(ins, self.core, self.ports)
+                if pattern is not None:
+                    _keep(self._patterns, pattern, facts)
+            if key is not None:
+                _keep(self._facts, key, facts)
         plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
                           facts=facts, operands=(reads, writes))
         plan.uid = len(self.distinct)
@@ -331,10 +333,10 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
     return arrays
 
 
-def _remember(checked: set, key: tuple) -> None:
-    if len(checked) >= _FACTS_KEPT:
-        checked.clear()
-    checked.add(key)
+def _keep(kept: dict, key: tuple, facts: InstructionFacts) -> None:
+    if len(kept) >= _FACTS_KEPT:
+        kept.clear()
+    kept[key] = facts
 
 
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
