@@ -50,7 +50,7 @@ from tests.sim.synthetic import tiled_matmul
 from trnsim.isa import Activation, DmaCopy, TensorCopy, TensorScalar, TensorTensor
 from trnsim.numerics import cast, to_compute
 from trnsim.sim import compiled, simulate
-from trnsim.sim.plan import Planner
+from trnsim.sim.plan import Planner, planned
 
 
 def _best_rate(program, repeats: int = 3) -> float:
@@ -286,7 +286,11 @@ def real_simulation(name: str, repeats: int = 3, llama_seq: int = 512) -> dict:
         if not (result.total_ns == again.total_ns == slow.total_ns):
             raise SystemExit(f"{name}: the runs disagree on the latency")
     n = len(program.instructions)
+    planner, _ = planned(program, chip.core)
+    patterns = {planner.pattern(planner.key(ins)) for ins in program.instructions}
     return {**_case(name, llama_seq, instance), "instructions": n,
+            # plans are made per distinct instruction, their costs per pattern (`Planner.pattern`)
+            "distinct_instructions": len(planner.distinct), "patterns": len(patterns),
             "predicted_latency_ns": result.profile.total_ns,
             # the first program of this model in the process: nothing of it planned before
             # (later fresh programs reuse its instructions' check and cost: `InstructionFacts`)

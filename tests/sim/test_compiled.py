@@ -139,3 +139,26 @@ def test_a_functional_run_raises_the_python_loops_error_where_a_timing_step_fail
            LoadStationary(src=stationary))
     with pytest.raises(InvalidArgumentError, match="no stationary tile loaded"):
         simulate(b.build(), {"x": np.ones((128, 512), np.float32)}, mode="functional")
+
+
+def test_plan_arrays_gather_each_plans_neighbour_lists_in_order():
+    from trnsim.sim.plan import Planner
+
+    program = _mixed("v2", 60)
+    planner = Planner(program.target)
+    planner.plan_program(program)
+    plans = planner.distinct
+    for arrays in (compiled.PlanArrays(plans, planner.regions.neighbor_lists()),
+                   compiled.PlanArrays(plans)):
+        for plan in plans:
+            u = plan.uid
+            assert arrays.read_nb[arrays.rn_ptr[u]:arrays.rn_ptr[u + 1]].tolist() == \
+                [n for nb in plan.read_neighbors for n in nb]
+            assert arrays.write_nb[arrays.wn_ptr[u]:arrays.wn_ptr[u + 1]].tolist() == \
+                [n for nb in plan.write_neighbors for n in nb]
+            assert arrays.reads[arrays.r_ptr[u]:arrays.r_ptr[u + 1]].tolist() == list(plan.reads)
+            assert arrays.ports[arrays.p_ptr[u]:arrays.p_ptr[u + 1]].tolist() == list(plan.ports)
+            assert (arrays.code[u], arrays.busy[u], arrays.latency[u]) == \
+                (plan.code, plan.busy, plan.latency)
+            assert arrays.dma_queue[u] == (-1 if plan.dma is None or plan.dma.queue is None
+                                           else plan.dma.queue)

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from tests.sim.helpers import hbm_ap, sbuf_ap
 from trnsim import hardware
 from trnsim.sim.dependencies import Region, RegionIndex, _Space
@@ -13,8 +15,8 @@ def test_sbuf_rectangles_overlap_only_on_shared_bytes_and_partitions():
     b = index.region(sbuf_ap(0, 64, (16,), "float32", start=64))  # other partitions
     c = index.region(sbuf_ap(64, 128, (16,), "float32"))  # next bytes
     d = index.region(sbuf_ap(32, 128, (16,), "float32"))  # straddles a and c
-    assert b not in a.neighbors and c not in a.neighbors
-    assert set(d.neighbors) == {a, b, c, d}
+    assert b.uid not in a.neighbor_ids and c.uid not in a.neighbor_ids
+    assert set(d.neighbor_ids) == {a.uid, b.uid, c.uid, d.uid}
     assert index.region(sbuf_ap(0, 64, (16,), "float32")) is a  # same footprint, same region
 
 
@@ -22,11 +24,11 @@ def test_hbm_blocks_of_one_row_band_are_independent():
     index = RegionIndex(hardware.core("v2"))
     left = index.region(hbm_ap("x", "bfloat16", 128, 8192, ((1, 512),)))
     right = index.region(hbm_ap("x", "bfloat16", 128, 8192, ((1, 512),), offset_elements=512))
-    assert right not in left.neighbors
+    assert right.uid not in left.neighbor_ids
     flat = index.region(hbm_ap("x", "bfloat16", 1, 0, ((1, 600),)))  # row 0, columns 0..599, flat
-    assert left in flat.neighbors and right in flat.neighbors
+    assert left.uid in flat.neighbor_ids and right.uid in flat.neighbor_ids
     other = index.region(hbm_ap("y", "bfloat16", 128, 8192, ((1, 512),)))
-    assert other.neighbors == [other]
+    assert other.neighbor_ids == [other.uid]
 
 
 def test_vectorised_discovery_matches_pairwise_overlap():
@@ -39,8 +41,8 @@ def test_vectorised_discovery_matches_pairwise_overlap():
         c0 = rng.randrange(0, 60)
         regions.append(space.get(pitch, r0, r0 + rng.randrange(1, 4), c0, c0 + rng.randrange(1, 20)))
     for region in regions:
-        expected = {id(o) for o in regions if o.overlaps(region)}
-        assert {id(o) for o in region.neighbors} == expected
+        expected = {o.uid for o in regions if o.overlaps(region)}
+        assert set(region.neighbor_ids) == expected
 
 
 def test_region_overlap_falls_back_to_flat_spans_across_pitches():
@@ -48,3 +50,35 @@ def test_region_overlap_falls_back_to_flat_spans_across_pitches():
     b = Region(32, 1, 2, 0, 8)  # bytes 32-39: inside a's flat span, not its bytes
     assert a.overlaps(b)  # conservative
     assert not Region(64, 0, 2, 0, 8).overlaps(Region(64, 0, 2, 8, 16))
+
+
+def _linked_in_batches(monkeypatch, compiled_pairs: bool) -> list:
+    from trnsim.sim import compiled
+
+    if not compiled_pairs:
+        monkeypatch.setattr(compiled, "loaded", lambda name: None)
+    else:
+        assert compiled.kernel() is not None, "numba is part of the test extra"
+    index = RegionIndex(hardware.core("v2"))
+    space = _Space(owner=index)
+    regions = {}
+    rng = random.Random(1)
+    for batch in (150, 300, 7):  # deferred batches after earlier ones, as programs are planned
+        with index.deferred():
+            index.hbm["t"] = space
+            for _ in range(batch):
+                pitch = rng.choice([0, 64, 128, 128])
+                r0, c0 = rng.randrange(0, 8), rng.randrange(0, 60)
+                region = space.get(pitch, r0, r0 + rng.randrange(1, 4), c0, c0 + rng.randrange(1, 20))
+                regions[region.uid] = region  # (a footprint met again is the same region)
+    return list(regions.values())
+
+
+@pytest.mark.parametrize("compiled_pairs", [False, True])
+def test_deferred_linking_lists_neighbours_in_discovery_order(monkeypatch, compiled_pairs):
+    regions = _linked_in_batches(monkeypatch, compiled_pairs)
+    for region in regions:
+        if region.empty:
+            continue
+        others = [o.uid for o in regions if o is not region and not o.empty and o.overlaps(region)]
+        assert region.neighbor_ids == [region.uid, *sorted(others)]

@@ -70,6 +70,7 @@ def test_another_program_with_equal_instructions_skips_check_and_cost(monkeypatc
     from trnsim.sim import plan as plan_module
 
     monkeypatch.setattr(plan_module, "_FACTS", {})  # a fresh process
+    monkeypatch.setattr(plan_module, "_PATTERNS", {})
     calls = []
     original = MultiplyMoving.check
     monkeypatch.setattr(MultiplyMoving, "check", lambda self, core: calls.append(1) or original(self, core))

@@ -31,6 +31,10 @@ class Memory(str, Enum):
         return self.value
 
 
+# every access-pattern form met in this process, numbered (`AccessPattern.form`)
+_FORMS: dict[tuple, int] = {}
+
+
 @dataclass(frozen=True)
 class AccessPattern:
     memory: Memory
@@ -46,6 +50,7 @@ class AccessPattern:
     # function ask for it (and for nbytes) many times per pattern
     _free_size: int = field(default=0, init=False, repr=False, compare=False)
     _span: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _form: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.memory, self.dtype, self.partitions, self.dims,
@@ -55,6 +60,19 @@ class AccessPattern:
 
     def __hash__(self) -> int:
         return self._hash
+
+    def form(self) -> int:
+        """The pattern without its place, as a number: equal for two patterns of the same
+        memory, dtype, partition count, free dims and HBM row step, whatever their offset, start
+        partition or tensor (computed once). Costs are functions of the form; the simulator plans
+        the timing of equal-form instructions once (`trnsim.sim.plan`)."""
+        form = self._form
+        if form is None:
+            # (a dtype by its name: one registry, `trnsim.numerics.dtype`, and a cheap hash)
+            shape = (self.memory, self.dtype.name, self.partitions, self.dims, self.partition_step)
+            form = _FORMS.setdefault(shape, len(_FORMS))
+            object.__setattr__(self, "_form", form)
+        return form
 
     def renamed(self, tensor: str) -> AccessPattern:
         """The same pattern on another tensor (what `dataclasses.replace(ap, tensor=...)` gives,

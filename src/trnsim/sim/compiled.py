@@ -87,51 +87,96 @@ def kernel():
     return _KERNEL or None
 
 
-class PlanArrays:
-    """The distinct plans of one planned program as columns, indexed by `Plan.uid`."""
+_HELPERS: dict = {}  # numba-compiled helpers of other modules (`loaded`)
 
-    def __init__(self, plans) -> None:
+
+def loaded(function):
+    """`function` (plain numeric Python over arrays) compiled with numba if the compiled loop
+    is loaded in this process, else None: a caller that can do without it does not make a
+    process load numba (see the module doc)."""
+    if not _KERNEL:
+        return None
+    helper = _HELPERS.get(function)
+    if helper is None:
+        import numba
+
+        helper = _HELPERS[function] = numba.njit(cache=True, nogil=True)(function)
+    return helper
+
+
+class PlanArrays:
+    """The distinct plans of one planned program as columns, indexed by `Plan.uid`.
+
+    A plan's read (write) neighbours are the neighbour lists of its read (written) regions, one
+    after another (`Plan.read_neighbors`); they are gathered here from one array of every
+    region's list (`region_neighbors`) rather than plan by plan."""
+
+    def __init__(self, plans, regions=None) -> None:
         n = len(plans)
         self.count = n
-        self.code = np.zeros(n, np.int64)
-        self.busy = np.zeros(n, np.float64)
-        self.latency = np.zeros(n, np.float64)
-        self.is_load = np.zeros(n, np.bool_)
-        self.is_matmul = np.zeros(n, np.bool_)
+        columns = list(zip(*[(p.code, p.busy, p.latency, p.is_load, p.is_matmul) for p in plans],
+                           strict=True))
+        columns = columns or [()] * 5
+        self.code = np.array(columns[0], np.int64)
+        self.busy = np.array(columns[1], np.float64)
+        self.latency = np.array(columns[2], np.float64)
+        self.is_load = np.array(columns[3], np.bool_)
+        self.is_matmul = np.array(columns[4], np.bool_)
         self.dma_work = np.zeros(n, np.float64)
         self.dma_engines = np.zeros(n, np.float64)
         self.dma_queue = np.full(n, -1, np.int64)
         self.dma_in_place = np.zeros(n, np.bool_)
-        read_nb, write_nb, reads, writes, ports = [], [], [], [], []
-        ptr = {name: [0] for name in ("rn", "wn", "r", "w", "p")}
         for plan in plans:
-            uid = plan.uid
-            self.code[uid] = plan.code
-            self.busy[uid] = plan.busy
-            self.latency[uid] = plan.latency
-            self.is_load[uid] = plan.is_load
-            self.is_matmul[uid] = plan.is_matmul
-            if plan.dma is not None:
-                dma = plan.dma
+            dma = plan.dma
+            if dma is not None:
+                uid = plan.uid
                 self.dma_work[uid] = dma.work
                 self.dma_engines[uid] = dma.engines
                 self.dma_queue[uid] = -1 if dma.queue is None else dma.queue
                 self.dma_in_place[uid] = dma.in_place
-            for neighbors in plan.read_neighbors:
-                read_nb.extend(neighbors)
-            for neighbors in plan.write_neighbors:
-                write_nb.extend(neighbors)
-            reads.extend(plan.reads)
-            writes.extend(plan.writes)
-            ports.extend(plan.ports)
-            for name, column in (("rn", read_nb), ("wn", write_nb), ("r", reads), ("w", writes),
-                                 ("p", ports)):
-                ptr[name].append(len(column))
-        as_index = lambda values: np.array(values, np.int64)  # noqa: E731
-        self.read_nb, self.write_nb = as_index(read_nb), as_index(write_nb)
-        self.reads, self.writes, self.ports = as_index(reads), as_index(writes), as_index(ports)
-        self.rn_ptr, self.wn_ptr = as_index(ptr["rn"]), as_index(ptr["wn"])
-        self.r_ptr, self.w_ptr, self.p_ptr = as_index(ptr["r"]), as_index(ptr["w"]), as_index(ptr["p"])
+        self.reads, self.r_ptr = _flat([p.reads for p in plans])
+        self.writes, self.w_ptr = _flat([p.writes for p in plans])
+        self.ports, self.p_ptr = _flat([p.ports for p in plans])
+        if regions is None:  # the regions of these plans alone
+            regions = {}
+            for plan in plans:
+                regions.update(zip(plan.reads, plan.read_neighbors, strict=True))
+                regions.update(zip(plan.writes, plan.write_neighbors, strict=True))
+        lists, ptr = region_neighbors(regions)
+        self.read_nb, self.rn_ptr = _gather(lists, ptr, self.reads, self.r_ptr)
+        self.write_nb, self.wn_ptr = _gather(lists, ptr, self.writes, self.w_ptr)
+
+
+def region_neighbors(regions) -> tuple[np.ndarray, np.ndarray]:
+    """(every region's neighbour uids one after another, where each region's start: indexed
+    by region uid, one more entry at the end) of a {uid: neighbour uid list} mapping."""
+    size = max(regions, default=-1) + 1
+    counts = np.zeros(size + 1, np.int64)
+    order = sorted(regions)
+    counts[1:][order] = [len(regions[uid]) for uid in order]
+    flat = [uid for key in order for uid in regions[key]]
+    return np.array(flat, np.int64), np.cumsum(counts)
+
+
+def _flat(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows one after another, each row's start and one more at the end)."""
+    ptr = np.zeros(len(rows) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(row) for row in rows])
+    return np.array([v for row in rows for v in row], np.int64), ptr
+
+
+def _gather(lists: np.ndarray, ptr: np.ndarray, uids: np.ndarray,
+            uid_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The neighbour lists of `uids` one after another, and where each plan's (its `uid_ptr`
+    rows of uids) start."""
+    lengths = ptr[uids + 1] - ptr[uids]
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    # index of each gathered entry: its region's start plus its place in that region's list
+    index = np.repeat(ptr[uids] - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+    out_ptr = np.zeros(len(uid_ptr), np.int64)
+    out_ptr[1:] = np.concatenate([[0], ends])[uid_ptr[1:]]
+    return lists[index], out_ptr
 
 
 def run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray) -> int:

@@ -17,8 +17,8 @@ runs without planning it again:
 - ``w_engine``: the engine (or DMA queue) that wrote it last;
 - ``r_done``: when the last read of it finished streaming (reader start + busy).
 
-Regions are linked once, when first seen, to every region they overlap (`neighbors` and their
-uids `neighbor_ids`, itself first), so the hot loop never searches: an instruction waits for
+Regions are linked once, when first seen, to every region they overlap (their uids,
+`neighbor_ids`, itself first), so the hot loop never searches: an instruction waits for
 - read-after-write: ``w_ready`` of every neighbour of what it reads;
 - write-after-write: ``w_ready`` of every neighbour of what it writes, unless that write came
   from the same in-order engine/queue (its writes land in order, e.g. an accumulation group);
@@ -43,7 +43,7 @@ _LINK_BLOCK = 256  # deferred regions linked per array operation (`_Space.link_p
 class Region:
     """One footprint (a rectangle of rows x bytes) and the regions it overlaps."""
 
-    __slots__ = ("c0", "c1", "hi", "lo", "neighbor_ids", "neighbors", "pitch", "r0", "r1", "uid")
+    __slots__ = ("c0", "c1", "hi", "lo", "neighbor_ids", "pitch", "r0", "r1", "uid")
 
     def __init__(self, pitch: int, r0: int, r1: int, c0: int, c1: int, uid: int = 0) -> None:
         self.pitch, self.r0, self.r1, self.c0, self.c1 = pitch, r0, r1, c0, c1
@@ -52,8 +52,7 @@ class Region:
         else:
             self.lo, self.hi = c0, c1
         self.uid = uid  # index of this region's times in a scheduler's lists
-        self.neighbors: list[Region] = [self]
-        self.neighbor_ids: list[int] = [uid]
+        self.neighbor_ids: list[int] = [uid]  # its own, then its overlapping regions' in order
 
     @property
     def empty(self) -> bool:
@@ -96,8 +95,9 @@ class _Space:
     def link_pending(self) -> None:
         """Link the regions found while deferred, all at once: the same neighbour lists, in the
         same order, as linking each when found (its own uid, then every overlapping region's in
-        uid order: regions are found, and numbered, in order), with a few array operations per
-        block of regions instead of per region."""
+        uid order: regions are found, and numbered, in order). The overlapping pairs come from
+        the compiled `overlap_pairs` when the compiled loop is loaded, else from a few array
+        operations per block of regions."""
         pending, self.pending = self.pending, []
         if not pending:
             return
@@ -112,48 +112,27 @@ class _Space:
         regions = self.regions
         t = self._table[:need]
         uids = np.array([r.uid for r in regions], dtype=np.int64)
-        older_rows, older_cols = [], []  # (earlier region, new region) pairs
-        for first in range(base, need, _LINK_BLOCK):
-            b = t[first:min(first + _LINK_BLOCK, need), None, :]
-            hit = (t[None, :, 5] < b[..., 6]) & (t[None, :, 6] > b[..., 5])
-            same = (b[..., 0] != 0) & (t[None, :, 0] == b[..., 0])
-            rect = ((t[None, :, 1] < b[..., 2]) & (t[None, :, 2] > b[..., 1])
-                    & (t[None, :, 3] < b[..., 4]) & (t[None, :, 4] > b[..., 3]))
-            hit &= ~same | rect
-            rows, cols = np.nonzero(hit)
-            rows += first
-            keep = rows != cols
-            rows, cols = rows[keep], cols[keep]
-            bounds = np.searchsorted(rows, np.arange(first, first + len(b) + 1))
-            for k in range(len(b)):
-                lo, hi = bounds[k], bounds[k + 1]
-                if lo == hi:
-                    continue
-                region = regions[first + k]
-                found = cols[lo:hi]
-                region.neighbor_ids += uids[found].tolist()
-                region.neighbors += [regions[j] for j in found.tolist()]
-            earlier = cols < base
-            older_rows.append(cols[earlier])
-            older_cols.append(rows[earlier])
-        older = np.concatenate(older_rows)
+        rows, cols = _pairs(t, base, need)  # by new region, each one's overlapping in order
+        bounds = np.searchsorted(rows, np.arange(base, need + 1)).tolist()
+        found = uids[cols].tolist()
+        for k, region in enumerate(pending):
+            lo, hi = bounds[k], bounds[k + 1]
+            if lo != hi:
+                region.neighbor_ids += found[lo:hi]
+        earlier = cols < base
+        older, newer = cols[earlier], rows[earlier]
         if len(older):
-            newer = np.concatenate(older_cols)
             order = np.argsort(older, kind="stable")  # each earlier region's new ones in order
-            older, newer = older[order], newer[order]
+            older, newer = older[order], uids[newer[order]]
             starts = np.flatnonzero(np.r_[True, older[1:] != older[:-1]])
-            ends = np.r_[starts[1:], len(older)]
-            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-                region = regions[older[lo]]
-                found = newer[lo:hi]
-                region.neighbor_ids += uids[found].tolist()
-                region.neighbors += [regions[j] for j in found.tolist()]
+            ends = np.r_[starts[1:], len(older)].tolist()
+            newer = newer.tolist()
+            for lo, hi in zip(starts.tolist(), ends, strict=True):
+                regions[older[lo]].neighbor_ids += newer[lo:hi]
 
     def _link(self, region: Region) -> None:
         for other in self._overlapping(region):
-            other.neighbors.append(region)
             other.neighbor_ids.append(region.uid)
-            region.neighbors.append(other)
             region.neighbor_ids.append(other.uid)
         n = len(self.regions)
         if n == len(self._table):
@@ -173,6 +152,61 @@ class _Space:
                     & (t[:, 3] < region.c1) & (t[:, 4] > region.c0))
             hit &= ~same | rect
         return [self.regions[i] for i in np.flatnonzero(hit)]
+
+
+def _pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of `t` (pitch, r0, r1, c0, c1, lo, hi per region) that overlap, for the
+    rows first..stop-1 against every row but itself, by row and then column."""
+    from trnsim.sim import compiled
+
+    pairs = compiled.loaded(overlap_pairs)
+    if pairs is not None:
+        return pairs(t, first, stop)
+    all_rows, all_cols = [], []
+    for start in range(first, stop, _LINK_BLOCK):
+        b = t[start:min(start + _LINK_BLOCK, stop), None, :]
+        hit = (t[None, :, 5] < b[..., 6]) & (t[None, :, 6] > b[..., 5])
+        same = (b[..., 0] != 0) & (t[None, :, 0] == b[..., 0])
+        rect = ((t[None, :, 1] < b[..., 2]) & (t[None, :, 2] > b[..., 1])
+                & (t[None, :, 3] < b[..., 4]) & (t[None, :, 4] > b[..., 3]))
+        hit &= ~same | rect
+        rows, cols = np.nonzero(hit)
+        rows += start
+        keep = rows != cols
+        all_rows.append(rows[keep])
+        all_cols.append(cols[keep])
+    return np.concatenate(all_rows), np.concatenate(all_cols)
+
+
+def overlap_pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the region table `t` (pitch, r0, r1, c0, c1, lo, hi per region) that
+    overlap, for rows first..stop-1 against every other row, by row then column: `_pairs`' tests
+    as one loop, compiled (`compiled.loaded`)."""
+    n = t.shape[0]
+    pitches, row0, row1 = t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy()
+    col0, col1, low, high = t[:, 3].copy(), t[:, 4].copy(), t[:, 5].copy(), t[:, 6].copy()
+    cols = np.empty(1024, np.int64)
+    ends = np.empty(stop - first, np.int64)
+    at = 0
+    for i in range(first, stop):
+        pitch, r0, r1, c0, c1, lo, hi = pitches[i], row0[i], row1[i], col0[i], col1[i], low[i], high[i]
+        if at + n > len(cols):
+            grown = np.empty(max(2 * len(cols), at + n), np.int64)
+            grown[:at] = cols[:at]
+            cols = grown
+        for j in range(n):  # branch-free: every j is written, the cursor moves on a hit
+            rect = (row0[j] < r1) & (row1[j] > r0) & (col0[j] < c1) & (col1[j] > c0)
+            hit = ((low[j] < hi) & (high[j] > lo) & (j != i)
+                   & ~((pitch != 0) & (pitches[j] == pitch) & ~rect))
+            cols[at] = j
+            at += hit
+        ends[i - first] = at
+    rows = np.empty(at, np.int64)
+    begin = 0
+    for i in range(first, stop):
+        rows[begin:ends[i - first]] = i
+        begin = ends[i - first]
+    return rows, cols[:at].copy()
 
 
 class RegionIndex:
@@ -204,6 +238,12 @@ class RegionIndex:
     def count(self) -> int:
         """Regions found so far (their uids are 0 .. count - 1)."""
         return sum(len(space.by_key) for space in (self.sbuf, self.psum, *self.hbm.values()))
+
+    def neighbor_lists(self) -> dict[int, list[int]]:
+        """Every region's neighbour uids (`Region.neighbor_ids`), by its uid."""
+        return {region.uid: region.neighbor_ids
+                for space in (self.sbuf, self.psum, *self.hbm.values())
+                for region in space.by_key.values()}
 
     def region(self, ap: AccessPattern) -> Region:
         found = self._by_ap.get(ap)

@@ -12,16 +12,24 @@ and the core, so one dict lookup replaces both for every repeat. The key leaves 
 and ``label``, which only name the instruction (an error is raised, with its source, by the
 first instruction of a kind; an equal one elsewhere would raise the same error).
 
-The part of a plan that depends only on the instruction and the core (`InstructionFacts`: check
-passed, cost, transfer, FLOPs, ports) is also kept process-wide under the same key, so another
-program meeting an equal instruction skips `check` and `cost` too; regions, HBM traffic of
-on-chip tensors and in-place hand-offs are the program's own and are planned per program.
+The part of a plan that depends only on the instruction's form and the core (`InstructionFacts`:
+cost, transfer, FLOPs, ports, HBM bytes) is kept process-wide per *pattern*: the instruction's
+key with each access pattern replaced by its form (`AccessPattern.form`: no offset, start
+partition or tensor). A lowered program's thousands of distinct instructions (every matmul tile
+at its own addresses) are ~100 patterns, so `cost` runs once per pattern, and only what depends
+on addresses is found per distinct instruction: `check` (its facts are then also kept under the
+instruction's key, so an equal instruction in another program skips check and pattern with one
+look-up), regions, HBM bounds, the HBM traffic of on-chip tensors and in-place hand-offs.
+`TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions`` (facts from each
+distinct instruction itself, the reference) or ``check`` (both, and a `PlanMismatchError` at
+the first plan field that differs by as much as one bit: `trnsim.sim.plan_check`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
+import os
 import weakref
 from collections.abc import Mapping
 from operator import attrgetter
@@ -95,16 +103,31 @@ class PortTable:
                      if code in streams and memory in memories)
 
 
-# InstructionFacts of every checked instruction met, per core (see `InstructionFacts`); cleared
-# when it holds this many (a bound on memory, not on correctness)
+# InstructionFacts per core of every checked instruction met, by its key (so an equal
+# instruction skips check and facts with one look-up), and of every pattern met (so another
+# instruction of that pattern skips its facts); each cleared when it holds this many (a bound on
+# memory, not on correctness)
 _FACTS: dict = {}
+_PATTERNS: dict = {}
 _FACTS_KEPT = 1_000_000
+
+PLAN_ENV = "TRNSIM_PLAN"
+PLAN_PATHS = ("patterns", "instructions", "check")
+
+
+def plan_path() -> str:
+    """`TRNSIM_PLAN`: how instruction facts are found (see the module doc)."""
+    value = os.environ.get(PLAN_ENV, "patterns").strip().lower() or "patterns"
+    if value not in PLAN_PATHS:
+        raise InvalidArgumentError(f"{PLAN_ENV}={value!r} is not one of {', '.join(PLAN_PATHS)}")
+    return value
 
 
 class Planner:
     """Checks and plans a core's instructions; equal instructions share one plan."""
 
-    def __init__(self, core, regions: RegionIndex | None = None, ports: PortTable | None = None) -> None:
+    def __init__(self, core, regions: RegionIndex | None = None, ports: PortTable | None = None,
+                 by_pattern: bool = True) -> None:
         self.core = core
         self.regions = regions if regions is not None else RegionIndex(core)
         self.ports = ports if ports is not None else PortTable(core)
@@ -113,8 +136,13 @@ class Planner:
         self._getters: dict[type, attrgetter] = {}
         self._bounded: set[AccessPattern] = set()
         self._columns: dict[str, tuple[int, np.ndarray]] = {}
-        # InstructionFacts by key: process-wide for the core's own port table
-        self._facts = _FACTS.setdefault(core, {}) if ports is None else {}
+        # InstructionFacts by instruction key and by pattern: process-wide for the core's own
+        # port table (by_pattern=False: by key alone, for this planner alone, the reference
+        # `plan_check` compares with)
+        shared = ports is None and by_pattern
+        self.by_pattern = by_pattern
+        self._facts = _FACTS.setdefault(core, {}) if shared else {}
+        self._patterns = _PATTERNS.setdefault(core, {}) if shared else {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
         # seen a control-flow, register-addressed or synchronising instruction (KIND != ""):
         # the program then runs by program counter (trnsim.sim.chip)
@@ -164,10 +192,17 @@ class Planner:
             getter = self._getters[cls] = attrgetter(*names, "engine")  # always a tuple
         return cls, getter(ins)
 
+    def pattern(self, key: tuple) -> tuple:
+        """The instruction's pattern: its `key` with each access pattern replaced by its form
+        (what its `InstructionFacts` depend on)."""
+        cls, values = key
+        return cls, tuple([v.form() if type(v) is AccessPattern else v for v in values])
+
     def _new(self, ins: Instruction, program: Program, check: bool = True, key=None) -> Plan:
         """check=False for instructions their front end checked, on this core, when it emitted
-        them. `key`: the instruction's `key`, under which its `InstructionFacts` are kept
-        process-wide once checked (None: not hashable)."""
+        them. `key`: the instruction's `key` (None: not hashable), under which its
+        `InstructionFacts` are kept process-wide once it is checked; they are found once per
+        `pattern`."""
         kind = getattr(type(ins), "KIND", "")
         if kind:
             self.has_kinds = True
@@ -181,11 +216,14 @@ class Planner:
                 _check_hbm_bounds(ins, ap, program)
                 self._bounded.add(ap)
         if facts is None:
-            facts = instruction_facts(ins, self.core, self.ports)
+            pattern = self.pattern(key) if key is not None and self.by_pattern else None
+            facts = self._patterns.get(pattern) if pattern is not None else None
+            if facts is None:
+                facts = instruction_facts(ins, self.core, self.ports)
+                if pattern is not None:
+                    _keep(self._patterns, pattern, facts)
             if key is not None:
-                if len(self._facts) >= _FACTS_KEPT:
-                    self._facts.clear()
-                self._facts[key] = facts
+                _keep(self._facts, key, facts)
         plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
                           facts=facts, operands=(reads, writes))
         plan.uid = len(self.distinct)
@@ -263,10 +301,15 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     found = _PLANNED.get(key)
     if found is not None and found.fits(core, program):
         return found.planner, found.plans
-    planner = Planner(core)
+    path = plan_path()
+    planner = Planner(core, by_pattern=path != "instructions")
     with collector_paused():  # see `trnsim.sim.collector`
         plans = planner.plan_program(program)
     planner.forget_program()
+    if path == "check":
+        from trnsim.sim.plan_check import compare_plans
+
+        compare_plans(program, core, plans)
     if not planner.has_dynamic:
         if key not in _PLANNED:
             weakref.finalize(program, _PLANNED.pop, key, None)
@@ -283,11 +326,17 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
     if found is not None and found.plans is plans and found.arrays is not None:
         return found.arrays
     with collector_paused():
-        columns = PlanArrays(planner.distinct)
+        columns = PlanArrays(planner.distinct, planner.regions.neighbor_lists())
     arrays = (columns, np.fromiter((p.uid for p in plans), np.int64, len(plans)))
     if found is not None and found.plans is plans:
         found.arrays = arrays
     return arrays
+
+
+def _keep(kept: dict, key: tuple, facts: InstructionFacts) -> None:
+    if len(kept) >= _FACTS_KEPT:
+        kept.clear()
+    kept[key] = facts
 
 
 def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> None:
@@ -303,15 +352,16 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
 
 
 class InstructionFacts:
-    """What an instruction's plan takes from the instruction and the core alone: `check` passed,
-    `cost`, `transfer`, `flops`, `traffic` and the ports it holds. All are pure functions of the
-    two, so they are kept process-wide (`Planner`), keyed like the planner's own cache: another
-    program with an equal instruction (the same model lowered again, a serving step of another
-    length, the next training step's graph) reuses them."""
+    """What an instruction's plan takes from its pattern and the core alone: `cost`, `transfer`,
+    `flops`, the bytes of its HBM `traffic` and the ports it holds. All are pure functions of the
+    instruction's form (its attributes and its operands' `AccessPattern.form`) and the core, so
+    they are kept process-wide per pattern (`Planner.pattern`): every tile of a loop at its own
+    addresses, and another program's (the same model lowered again, a serving step of another
+    length, the next training step's graph), reuses them."""
 
     __slots__ = ("busy", "code", "dma_engines", "dma_queue", "dma_work", "flops", "hbm_read",
-                 "hbm_write", "is_load", "is_matmul", "is_multiply", "latency", "moved_reads",
-                 "moved_writes", "nbytes", "ports", "precision")
+                 "hbm_write", "is_load", "is_matmul", "is_multiply", "latency", "nbytes", "ports",
+                 "precision")
 
 
 def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFacts:
@@ -319,16 +369,8 @@ def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFa
     reads, writes = ins.reads(), ins.writes()
     facts.flops = ins.flops()
     facts.precision = (reads[0].dtype.precision or "fp32") if facts.flops and reads else None
-    # device-memory traffic: the bytes moved (an indirect DMA's dependencies span its whole
-    # table, its traffic only the rows it moves)
-    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
-    # (tensor, bytes) of each HBM operand moved; their sums, for a program without on-chip tensors
-    facts.moved_reads = tuple((ap.tensor, ap.nbytes) for ap in moved_reads
-                              if ap.memory is Memory.HBM)
-    facts.moved_writes = tuple((ap.tensor, ap.nbytes) for ap in moved_writes
-                               if ap.memory is Memory.HBM)
-    facts.hbm_read = sum(n for _, n in facts.moved_reads)
-    facts.hbm_write = sum(n for _, n in facts.moved_writes)
+    # device-memory traffic, for a program without on-chip tensors (`_hbm_traffic`)
+    facts.hbm_read, facts.hbm_write = _hbm_traffic(ins, reads, writes, _NONE)
     facts.busy = facts.latency = 0.0
     facts.is_load = facts.is_multiply = facts.is_matmul = False
     facts.ports = ()
@@ -355,6 +397,16 @@ def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFa
 _NONE: Mapping[str, int] = {}  # no on-chip tensors
 
 
+def _hbm_traffic(ins: Instruction, reads: tuple[AccessPattern, ...],
+                 writes: tuple[AccessPattern, ...], on_chip: Mapping[str, int]) -> tuple[int, int]:
+    """(bytes read, bytes written) of HBM tensors not kept on chip: the bytes moved (an indirect
+    DMA's dependencies span its whole table, its traffic only the rows it moves)."""
+    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
+    hbm = Memory.HBM
+    return (sum(ap.nbytes for ap in moved_reads if ap.memory is hbm and ap.tensor not in on_chip),
+            sum(ap.nbytes for ap in moved_writes if ap.memory is hbm and ap.tensor not in on_chip))
+
+
 def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
                on_chip: Mapping[str, int] = _NONE, facts: InstructionFacts | None = None,
                operands: tuple | None = None) -> Plan:
@@ -375,9 +427,8 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
     plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
     plan.flops = facts.flops
     plan.precision = facts.precision
-    if on_chip:
-        plan.hbm_read = sum(n for tensor, n in facts.moved_reads if tensor not in on_chip)
-        plan.hbm_write = sum(n for tensor, n in facts.moved_writes if tensor not in on_chip)
+    if on_chip and (facts.hbm_read or facts.hbm_write):
+        plan.hbm_read, plan.hbm_write = _hbm_traffic(ins, reads, writes, on_chip)
     else:
         plan.hbm_read, plan.hbm_write = facts.hbm_read, facts.hbm_write
     plan.code = facts.code

@@ -1,0 +1,64 @@
+"""`TRNSIM_PLAN=check`: a program planned per pattern equals it planned per instruction.
+
+The planner finds an instruction's `InstructionFacts` (cost, transfer, FLOPs, HBM bytes, ports)
+once per pattern (`trnsim.sim.plan.Planner.pattern`: its operands without their addresses) and
+reuses them for every instruction of that pattern. That is exact only if no cost reads an
+address; this check plans the program again from each distinct instruction's own facts (the
+reference path, ``TRNSIM_PLAN=instructions``) and raises `PlanMismatchError` at the first plan
+whose fields differ by as much as one bit (floats compared by their bits).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from trnsim.errors import TrnsimError
+from trnsim.isa import Program
+from trnsim.sim.collector import collector_paused
+from trnsim.sim.plan import Plan, Planner
+
+_FIELDS = ("uid", "code", "busy", "latency", "flops", "precision", "nbytes", "hbm_read",
+           "hbm_write", "is_load", "is_multiply", "is_matmul", "reads", "writes",
+           "read_neighbors", "write_neighbors", "ports")
+_DMA_FIELDS = ("work", "engines", "hbm_per_work", "queue", "in_place")
+
+
+class PlanMismatchError(TrnsimError):
+    """The pattern and per-instruction planning paths disagree (``TRNSIM_PLAN=check``): a cost
+    that depends on an address, or a planner bug."""
+
+
+def compare_plans(program: Program, core, plans: list[Plan]) -> None:
+    """Plan `program` on `core` per instruction and compare with `plans` (its plans per
+    pattern), plan by plan and field by field."""
+    reference = Planner(core, by_pattern=False)
+    with collector_paused():
+        expected = reference.plan_program(program)
+    reference.forget_program()
+    if len(expected) != len(plans):
+        raise PlanMismatchError(f"{program.name}: {len(plans)} plans per pattern, "
+                                f"{len(expected)} per instruction")
+    for index, (got, want) in enumerate(zip(plans, expected, strict=True)):
+        if plan_fields(got) != plan_fields(want):
+            ins = program.instructions[index]
+            diff = [name for name, a, b in zip(_FIELDS + _DMA_FIELDS, plan_fields(got),
+                                               plan_fields(want), strict=True) if a != b]
+            raise PlanMismatchError(f"{program.name}: instruction {index} ({ins.name}, "
+                                    f"{ins.source or 'no source'}) planned per pattern differs "
+                                    f"from per instruction in {', '.join(diff)}")
+
+
+def plan_fields(plan: Plan) -> tuple:
+    """Every timing-relevant field of a plan (and its DMA plan), floats as their bits."""
+    dma = plan.dma
+    values = [getattr(plan, name) for name in _FIELDS]
+    values += [getattr(dma, name) for name in _DMA_FIELDS] if dma is not None else [None] * 5
+    return tuple(_bits(v) for v in values)
+
+
+def _bits(value):
+    if isinstance(value, float):
+        return ("float", struct.pack("<d", value))
+    if isinstance(value, (tuple, list)):
+        return tuple(_bits(v) for v in value)
+    return value
