@@ -111,9 +111,10 @@ def register_backend() -> None:
     # (activation checkpointing, as NxD's selective checkpointing runs it)
     getattr(torch, DEVICE_TYPE).get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16]
     _register_factories()
-    from trnsim.runtime.xla import flash
+    from trnsim.runtime.xla import autograd_errors, flash
 
     flash.register()
+    autograd_errors.install()  # an unpack hook's error on the device's backward thread
 
 
 _LIBRARY = None
