@@ -207,3 +207,4 @@ def test_non_reentrant_checkpointing_trains_and_its_errors_reach_the_script(tmp_
         np.testing.assert_array_equal(grad, plain)  # the recomputation is the same fp32 work
     assert result["raised"] == "ValueError: the recomputation failed"
     assert result["mismatch"].startswith("CheckpointError: torch.utils.checkpoint")
+    assert result["backward_op"].startswith("RuntimeError: mat1 and mat2 shapes cannot be mult")

@@ -1,8 +1,8 @@
 """Run under `python -m trnsim.run`: non-reentrant `torch.utils.checkpoint` (PyTorch's
 recommended form, and Hugging Face's `gradient_checkpointing_enable()`) on the lazy device: the
 gradients with and without it and on eager CPU; then errors raised by the recomputation (which
-runs inside a saved-tensor unpack hook, on autograd's thread for the device), which must reach
-the script as in eager PyTorch rather than abort the process."""
+runs inside a saved-tensor unpack hook, on autograd's thread for the device) and by a backward
+op there, which must reach the script as in eager PyTorch rather than abort the process."""
 
 import json
 
@@ -60,5 +60,15 @@ for name, fn in (("raised", fails_on_recompute), ("mismatch", changes_shape_on_r
         result[name] = f"{type(error).__name__}: {str(error)[:60]}"
     xm.mark_step()
     block.zero_grad(set_to_none=True)
+# an op of the backward that fails on the device thread (a saved tensor's hook gives a wrong shape)
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t[:8]):
+    y = block(x0.to(device).requires_grad_(True))
+try:
+    y.sum().backward()
+    result["backward_op"] = "no error"
+except RuntimeError as error:
+    result["backward_op"] = f"{type(error).__name__}: {str(error)[:40]}"
+xm.mark_step()
+block.zero_grad(set_to_none=True)
 result["after"] = gradients(block, x0.to(device), True)  # the device still trains
 print("RESULT " + json.dumps(result))

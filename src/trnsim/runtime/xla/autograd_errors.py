@@ -1,16 +1,18 @@
-"""Errors raised by a saved-tensor unpack hook reach the user instead of aborting the process.
+"""Errors raised during a device backward reach the user instead of aborting the process.
 
-Why: the backward of device tensors runs on autograd's worker thread for the device. When a
-saved-tensor unpack hook raises there (non-reentrant `torch.utils.checkpoint` recomputes the
-checkpointed forward inside one: any error in the recomputation, or its CheckpointError on a
-mismatch), the engine unwinds with the Python error still pending, and the stream guard's
-destructor calls the Python-registered device guard (`_setup_privateuseone_for_python_backend`);
-the C++ runtime then calls std::terminate ("terminate called without an active exception"). A
-CPU backward runs on the caller's thread, where the same error propagates normally.
+Why: the backward of device tensors runs on autograd's worker thread for the device. When Python
+code raises there (a saved-tensor unpack hook: non-reentrant `torch.utils.checkpoint` recomputes
+the checkpointed forward inside one, so any error in the recomputation or its CheckpointError on
+a mismatch; or an op of the backward failing in the device's `__torch_dispatch__`), the engine
+unwinds with the Python error still pending, and the stream guard's destructor calls the
+Python-registered device guard (`_setup_privateuseone_for_python_backend`); the C++ runtime then
+calls std::terminate ("terminate called without an active exception"). A CPU backward runs on
+the caller's thread, where the same error propagates normally.
 
-So an unpack hook that fails on a worker thread hands back a zero tensor of the saved tensor's
-shape in its place, the rest of that backward runs, and the engine's caller raises the first such
-error as it returns: the user gets the error eager PyTorch raises, at the same call.
+So on a worker thread the failing hook or op keeps its error and hands back zeros of the shape it
+owed, the rest of that backward runs (its later unpack hooks do not recompute), and the engine's
+caller raises the first such error as `backward()` returns: the error eager PyTorch raises, at the
+same call, after a backward whose gradients are not used.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Any
 
 import torch
 from torch.autograd.variable import Variable
+from torch.utils._pytree import tree_flatten, tree_map
 
 _CALLERS: list[int] = []  # the threads inside `run_backward` (nested runs), innermost last
-_DEFERRED: list[BaseException] = []  # errors of unpack hooks on worker threads, first first
+_DEFERRED: list[BaseException] = []  # errors of hooks and ops on worker threads, first first
 _FAILED: set[int] = set()  # graph tasks with a deferred error: their unpack hooks run no more
 
 
@@ -59,13 +62,38 @@ def guard_hooks(pack: Callable, unpack: Callable) -> tuple[Callable, Callable]:
         try:
             return unpack(saved.packed)
         except BaseException as error:
-            if not _CALLERS or threading.current_thread() is threading.main_thread():
-                raise  # no engine, or its caller's thread: it propagates as in eager PyTorch
-            _DEFERRED.append(error)
-            _FAILED.add(task)
+            _defer(error, task)
             return _stand_in(saved)
 
     return guarded_pack, guarded_unpack
+
+
+def _defer(error: BaseException, task: int) -> None:
+    """Keep `error` for the engine's caller, or re-raise it where raising is safe."""
+    if not _CALLERS or threading.current_thread() is threading.main_thread():
+        raise error  # no engine, or its caller's thread: it propagates as in eager PyTorch
+    _DEFERRED.append(error)
+    _FAILED.add(task)
+
+
+def dispatch_failed(error: Exception, func: Any, args: tuple, kwargs: dict) -> Any:
+    """An op of the device failed (`error`): on a backward worker thread, keep the error and
+    hand back zeros of the op's output shapes (from its meta kernel), else re-raise it."""
+    from trnsim.runtime.xla.lazy import XlaTensor, _host
+
+    _defer(error, torch._C._current_graph_task_id())
+    try:
+        out = func(*tree_map(_meta, args), **tree_map(_meta, kwargs))
+    except Exception:  # no shapes either: the first tensor argument's stand in
+        out = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
+    return tree_map(lambda t: XlaTensor(torch.zeros(t.shape, dtype=t.dtype, device=_host()))
+                    if isinstance(t, torch.Tensor) else t, out)
+
+
+def _meta(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
 
 
 class _Engine:

@@ -172,7 +172,12 @@ class XlaTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from trnsim.runtime.xla.device import DEVICE
 
-        return DEVICE.dispatch(func, args, kwargs or {})
+        try:
+            return DEVICE.dispatch(func, args, kwargs or {})
+        except Exception as error:  # on autograd's device thread an error aborts the process
+            from trnsim.runtime.xla.autograd_errors import dispatch_failed
+
+            return dispatch_failed(error, func, args, kwargs or {})
 
 
 LIVE: weakref.WeakSet = weakref.WeakSet()
