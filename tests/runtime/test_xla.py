@@ -194,3 +194,17 @@ def test_activation_checkpointing_trains_to_the_plain_gradients(tmp_path):
     plain, checkpointed = result["plain"], result["checkpointed"]
     np.testing.assert_allclose(checkpointed["grad"], plain["grad"], rtol=1e-6, atol=1e-6)
     assert checkpointed["backward_ms"] > 0
+
+
+def test_non_reentrant_checkpointing_trains_and_its_errors_reach_the_script(tmp_path):
+    import numpy as np
+
+    result = run_script(tmp_path, str(SCRIPTS / "checkpoint_nonreentrant.py"))
+    for name in ("plain", "checkpointed", "after"):
+        for grad, reference in zip(result[name], result["cpu"], strict=True):
+            np.testing.assert_allclose(grad, reference, rtol=1e-6, atol=1e-6, err_msg=name)
+    for grad, plain in zip(result["checkpointed"], result["plain"], strict=True):
+        np.testing.assert_array_equal(grad, plain)  # the recomputation is the same fp32 work
+    assert result["raised"] == "ValueError: the recomputation failed"
+    assert result["mismatch"].startswith("CheckpointError: torch.utils.checkpoint")
+    assert result["backward_op"].startswith("RuntimeError: mat1 and mat2 shapes cannot be mult")

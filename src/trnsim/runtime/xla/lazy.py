@@ -111,9 +111,10 @@ def register_backend() -> None:
     # (activation checkpointing, as NxD's selective checkpointing runs it)
     getattr(torch, DEVICE_TYPE).get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16]
     _register_factories()
-    from trnsim.runtime.xla import flash
+    from trnsim.runtime.xla import autograd_errors, flash
 
     flash.register()
+    autograd_errors.install()  # an unpack hook's error on the device's backward thread
 
 
 _LIBRARY = None
@@ -171,7 +172,12 @@ class XlaTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from trnsim.runtime.xla.device import DEVICE
 
-        return DEVICE.dispatch(func, args, kwargs or {})
+        try:
+            return DEVICE.dispatch(func, args, kwargs or {})
+        except Exception as error:  # on autograd's device thread an error aborts the process
+            from trnsim.runtime.xla.autograd_errors import dispatch_failed
+
+            return dispatch_failed(error, func, args, kwargs or {})
 
 
 LIVE: weakref.WeakSet = weakref.WeakSet()
