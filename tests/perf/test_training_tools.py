@@ -85,3 +85,24 @@ def test_shapes_only_times_the_same_step_without_values(tmp_path):
     refused = subprocess.run([*argv, "--shapes-only", "--tensorboard", "runs"],
                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert refused.returncode == 2 and "--shapes-only does not compute" in refused.stderr
+
+
+def test_shapes_only_is_for_its_run_alone(tmp_path):
+    """run_training(shapes_only=True) leaves the device computing values for the next run."""
+    script = TINY.replace("from trnsim.cli import main\nmain(sys.argv[1:])\n", """
+import os
+from trnsim.perf.training import run_training
+from trnsim.runtime.xla.device import DEVICE, VALUES_ENV
+kw = dict(micro_batch=2, seq=32, steps=1)
+shapes = run_training("tiny-gpt2", shapes_only=True, **kw)
+assert not DEVICE.shapes_only and VALUES_ENV not in os.environ
+valued = run_training("tiny-gpt2", **kw)
+assert abs(valued.step_ms - shapes.step_ms) <= 1e-9 * shapes.step_ms, (valued.step_ms, shapes.step_ms)
+print("ok")
+""")
+    assert "run_training" in script
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TRNSIM_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TRNSIM_XLA_VALUES", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -117,15 +117,10 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
         os.environ["XLA_USE_BF16"] = "1"
     if stochastic_rounding is not None:
         os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if stochastic_rounding else "0"
-    if shapes_only:
-        from trnsim.runtime.xla.device import DEVICE, VALUES_ENV
-
-        os.environ[VALUES_ENV] = "shapes"
-        DEVICE.shapes_only = True  # the device was made on import, before the variable was set
     from trnsim.runtime.xla import api
 
     writer = _tensorboard_writer(tensorboard)  # TensorBoard missing: an error before any work
-    with _graph_traces(trace is not None) as trace_dir:
+    with _values_mode(shapes_only), _graph_traces(trace is not None) as trace_dir:
         api.register_device()
         api.install()
         from trnsim.runtime.xla.report import step_report, write_step_trace
@@ -141,7 +136,29 @@ def run_training(model: str, *, instance: str = "trn1.2xlarge", micro_batch: int
                 writer.close()
         if trace_dir is not None:
             write_step_trace(trace, trace_dir)
-    return step_report(samples_per_step=micro_batch * grad_accum)
+        return step_report(samples_per_step=micro_batch * grad_accum)
+
+
+@contextmanager
+def _values_mode(shapes_only: bool):
+    """`shapes_only` for this run alone: the device's mode and TRNSIM_XLA_VALUES are restored
+    after it, so a later run in the same process computes values again."""
+    if not shapes_only:
+        yield
+        return
+    from trnsim.runtime.xla.device import DEVICE, VALUES_ENV
+
+    before, mode = os.environ.get(VALUES_ENV), DEVICE.shapes_only
+    os.environ[VALUES_ENV] = "shapes"
+    DEVICE.shapes_only = True  # the device was made on import, before the variable was set
+    try:
+        yield
+    finally:
+        DEVICE.shapes_only = mode
+        if before is None:
+            os.environ.pop(VALUES_ENV, None)
+        else:
+            os.environ[VALUES_ENV] = before
 
 
 def _train_steps(entry: TrainEntry, micro_batch: int, grad_accum: int, seq: int, optimizer: str,
