@@ -20,6 +20,12 @@ CASES = [  # shape, normalized, kind, residual, weight, bias, dtype
     ((1, 4096), 1, "rms", True, True, False, "float32"),
     ((1, 1, 4096), 1, "rms", False, True, False, "bfloat16"),
     ((1, 256), 1, "rms", True, False, False, "float32"),
+    # one row of a layer norm (a batch-1 decode step of GPT-2): mean and variance folded
+    ((1, 768), 1, "layer", True, True, True, "float32"),
+    ((1, 1, 768), 1, "layer", False, True, True, "bfloat16"),
+    ((1, 256), 1, "layer", False, False, False, "float32"),
+    ((1, 512), 1, "layer", True, True, False, "bfloat16"),
+    ((1, 384), 1, "layer", False, False, True, "float32"),
 ]
 
 
@@ -66,7 +72,7 @@ def test_layernorm_of_1280_tokens_is_dma_bound_not_serial():
 
 
 def test_one_rms_row_spreads_over_the_partitions():
-    """A single row of 4096 is folded over 128 partitions (32 columns each, partial sums added
+    """A single row of 4096 is folded over 64 partitions (64 columns each, partial sums added
     on TensorE): several times faster than two rows, which run on two partitions' lanes."""
     def timed(rows):
         return run(norm, [ArraySpec((rows, 4096), "bfloat16")], (rows, 4096), "bfloat16",
@@ -74,3 +80,45 @@ def test_one_rms_row_spreads_over_the_partitions():
 
     one, two = timed(1), timed(2)
     assert one < 0.4 * two, (one, two)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("offset", [1.0, 300.0])
+def test_one_layer_norm_row_matches_torch(rng, dtype, offset):
+    """One row of 768 (GPT-2's decode step), folded over the partitions, against
+    torch.nn.functional.layer_norm of the same (dtype-rounded) inputs in fp32. The offset of 300
+    (a mean 300x the spread) would lose the variance to cancellation if it were E[x^2] - mean^2
+    in fp32; the kernel centres it first."""
+    import torch
+
+    x = as_dtype(rng.standard_normal((1, 1, 768)) * 2 + offset, dtype)
+    r = as_dtype(rng.standard_normal((1, 1, 768)), dtype)
+    w = rng.standard_normal(768).astype(np.float32)
+    b = rng.standard_normal(768).astype(np.float32)
+    result = run(norm, [x], x.shape, dtype, kind="layer", eps=1e-5, residual=r, weight=w, bias=b)
+    total = torch.from_numpy(x.astype(np.float32) + r.astype(np.float32))
+    want = torch.nn.functional.layer_norm(total, (768,), torch.from_numpy(w),
+                                          torch.from_numpy(b), eps=1e-5)
+    assert_close(result.output, want.numpy(), dtype)
+
+
+def test_one_layer_norm_row_spreads_over_the_partitions():
+    """A single layer-norm row of 768 with weight and bias is folded over the partitions (mean
+    and variance summed on TensorE): faster than two rows, which take the unfolded path with
+    each row on one partition's lane (the path one row took before)."""
+    def timed(rows):
+        return run(norm, [ArraySpec((rows, 768), "bfloat16")], (rows, 768), "bfloat16",
+                   target="inf2", kind="layer", weight=ArraySpec((768,), "float32"),
+                   bias=ArraySpec((768,), "float32")).total_ns
+
+    one, two = timed(1), timed(2)
+    assert one < 0.7 * two, (one, two)
+
+
+def test_a_row_is_folded_until_each_share_is_one_minimum_width_pass():
+    """GPT-2's 768 over 16 partitions (48 each), Llama's 4096 over 64 (64 each), a wide row over
+    all 128: an engine pass costs max(MIN_II, N), so folding further saves nothing."""
+    from trnsim.kernels.norms import FOLD_SHARE, _fold_parts
+
+    assert FOLD_SHARE == 64
+    assert [_fold_parts(c) for c in (128, 768, 4096, 16384)] == [2, 16, 64, 128]

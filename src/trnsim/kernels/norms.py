@@ -15,15 +15,20 @@ Weight and bias rows are broadcast to 128 partitions once per kernel (`broadcast
 wider than `ONE_PASS_BYTES` per partition are processed in column chunks over two passes (the
 statistics pass, then the normalisation pass re-reading x).
 
-One row alone (an RMS norm of a batch-1 decode step) would leave 127 partitions idle and run
-each ScalarE pass over the whole hidden width on one lane. Neuron's token-generation graphs
+One row alone (a norm of a batch-1 decode step) would leave 127 partitions idle and run each
+ScalarE/VectorE pass over the whole hidden width on one lane. Neuron's token-generation graphs
 instead keep the hidden axis on partitions (transformers-neuronx: the default "HSB" layout,
-hidden first, and ``rms_norm`` calls its ``AwsNeuronRmsNorm`` kernel when there is one token,
-"for batch == 1, token generation"). So a single row whose width divides into 128 partitions is
-folded across them (`_one_row_rms`): each partition squares and sums its share, a TensorE
-product with a ones matrix sums the partitions' partial sums and gives every partition the
-total (the cross-partition reduction NKI kernels do on TensorE), and each partition normalises
-its share.
+hidden first; ``rms_norm`` calls its ``AwsNeuronRmsNorm`` kernel when there is one token, "for
+batch == 1, token generation", and ``layer_norm`` reduces over that hidden axis, a batch norm
+with the tokens as features). So a single row whose width divides into 128 partitions is folded
+(`_one_row`) across as many partitions as bring each share to one minimum-width engine pass
+(`_fold_parts`; more would only spread each DMA over more DMA engines): each partition reduces
+its share, a TensorE product with a ones matrix sums the partitions' partial sums and gives
+every partition the total (the cross-partition reduction NKI kernels do on TensorE), and each
+partition normalises its share. RMS: one such sum (of squares). Layer: two, as the unfolded
+path's bn_aggr centres its variance: the sum gives the mean, then each partition sums its
+squared deviations from it (no E[x^2] - mean^2 cancellation), and a second product gives the
+variance.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 from trnsim.errors import InvalidArgumentError
 from trnsim.kernels.layout import (
     BN_CHUNK,
+    TILED_FOR,
     Evictor,
     P,
     broadcast_row,
@@ -51,6 +57,10 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 ONE_PASS_BYTES = 16 * 1024  # fp32 bytes per partition of one row tile kept on chip
+# A single row is folded until each partition's share is at most this many elements: an engine
+# pass costs max(MIN_II, N) cycles, so more partitions would not shorten it, only spread each
+# DMA over more DMA engines (8 partitions each), every one paying its per-transfer overhead.
+FOLD_SHARE = TILED_FOR.costs.min_ii_cycles
 CHUNK = 2048  # columns per chunk in the two-pass path
 
 
@@ -76,11 +86,10 @@ def norm(out: Tile, x: Tile, *, kind: str = "layer", normalized: int = 1, eps: f
         w_hbm = params[0][0] if weight is not None else None
         b_hbm = params[-1][0] if bias is not None else None
         problems = row_problems(lead, split)
-        if kind == "rms" and bias is None and cols % P == 0 \
-                and all(problem[1].shape[0] == 1 for problem in problems):
+        if cols % P == 0 and all(problem[1].shape[0] == 1 for problem in problems):
             for problem in problems:  # single rows: folded over the partitions
-                _one_row_rms(problem[0], problem[1], problem[2] if residual is not None else None,
-                             cols, eps, w_hbm)
+                _one_row(problem[0], problem[1], problem[2] if residual is not None else None,
+                         cols, kind, eps, w_hbm, b_hbm)
             return
         if two_pass:  # broadcast per column chunk (the whole rows would not fit)
             w_rows, b_rows = w_hbm, b_hbm
@@ -100,44 +109,100 @@ def norm(out: Tile, x: Tile, *, kind: str = "layer", normalized: int = 1, eps: f
                     ctx.one_pass()
 
 
+def _fold_parts(cols: int) -> int:
+    """Partitions one row of `cols` (a multiple of 128) is folded over: the fewest, a power of
+    two, that bring each share to `FOLD_SHARE` elements or fewer (at most 128)."""
+    parts = 1
+    while parts < P and cols > parts * FOLD_SHARE:
+        parts *= 2
+    return parts
+
+
 def _folded(row: Tile, cols: int) -> Tile:
-    """A one-row HBM view ([1, cols] or [cols]) as [128, cols / 128]: partition p holds columns
-    p * w .. (p + 1) * w."""
+    """A one-row HBM view ([1, cols] or [cols]) as [parts, cols / parts]: partition p holds
+    columns p * w .. (p + 1) * w."""
     step = hbm_strides(row)[-1]
-    width = cols // P
+    parts = _fold_parts(cols)
+    width = cols // parts
     start = row[0] if row.ndim == 2 else row
-    return hbm_view(start, (P, width), (width * step, step))
+    return hbm_view(start, (parts, width), (width * step, step))
 
 
-def _one_row_rms(out: Tile, x: Tile, residual: Tile | None, cols: int, eps: float,
-                 weight: Tile | None) -> None:
-    """RMS norm of one row folded over the partitions (module docstring)."""
-    width = cols // P
-    value = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
-    value[...] = nl.load(_folded(x, cols))
+def _one_row(out: Tile, x: Tile, residual: Tile | None, cols: int, kind: str, eps: float,
+             weight: Tile | None, bias: Tile | None) -> None:
+    """A layer or RMS norm of one row folded over the partitions (module docstring)."""
+    parts = _fold_parts(cols)
+    width = cols // parts
+    value = _load_folded(x, cols)
     if residual is not None:
-        other = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
-        other[...] = nl.load(_folded(residual, cols))
-        value[...] = nisa.tensor_tensor(value, other, np.add, engine=spare_engine())
-    partial = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-    squares = nl.ndarray((P, width), dtype=nl.bfloat16, buffer=nl.sbuf)  # discarded values
-    squares[...] = nisa.activation(op=nl.square, data=value, reduce_op=nl.add,
+        value[...] = nisa.tensor_tensor(value, _load_folded(residual, cols), np.add,
+                                        engine=spare_engine())
+    ones = nl.ndarray((parts, parts), dtype=nl.float32, buffer=nl.sbuf)
+    ones[...] = nisa.memset((parts, parts), 1.0, nl.float32)
+    offset = None  # -mean, per partition (layer norm)
+    if kind == "layer":
+        sums = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+        sums[...] = nisa.tensor_reduce(np.add, value, axis=(1,), keepdims=True,
+                                       dtype=nl.float32)
+        offset = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+        offset[...] = nisa.tensor_scalar(_all_partitions(ones, sums), np.multiply, -1.0 / cols)
+    squares = nl.ndarray((parts, width), dtype=nl.bfloat16, buffer=nl.sbuf)  # discarded
+    partial = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+    squares[...] = nisa.activation(op=nl.square, data=value, bias=offset, reduce_op=nl.add,
                                    reduce_res=partial, reduce_cmd=nisa.reduce_cmd.reset_reduce)
-    ones = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
-    ones[...] = nisa.memset((P, P), 1.0, nl.float32)
-    total = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.psum)
-    total[...] = nisa.nc_matmul(ones, partial)  # every partition: the sum over all of them
-    scale = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-    scale[...] = nisa.activation(op=nl.rsqrt, data=total, scale=1.0 / cols, bias=float(eps))
-    stage = nl.ndarray((P, width), dtype=out.dtype, buffer=nl.sbuf)
-    if weight is None:
-        stage[...] = nisa.activation(op="identity", data=value, scale=scale)
-    else:
-        w = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
-        w[...] = nl.load(_folded(weight, cols))
-        stage[...] = nisa.scalar_tensor_tensor(data=value, op0=np.multiply, operand0=scale,
-                                               op1=np.multiply, operand1=w)
+    scale = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+    scale[...] = nisa.activation(op=nl.rsqrt, data=_all_partitions(ones, partial),
+                                 scale=1.0 / cols, bias=float(eps))
+    stage = nl.ndarray((parts, width), dtype=out.dtype, buffer=nl.sbuf)
+    _one_row_normalise(stage, value, cols, offset, scale, weight, bias)
     nl.store(_folded(out, cols), value=stage)
+
+
+def _all_partitions(ones: Tile, partial: Tile) -> Tile:
+    """Every partition's copy of the sum of `partial` ([parts, 1]) over the partitions: a
+    TensorE product with a ones matrix, in PSUM."""
+    total = nl.ndarray((partial.shape[0], 1), dtype=nl.float32, buffer=nl.psum)
+    total[...] = nisa.nc_matmul(ones, partial)
+    return total
+
+
+def _one_row_normalise(stage: Tile, value: Tile, cols: int, offset: Tile | None, scale: Tile,
+                       weight: Tile | None, bias: Tile | None) -> None:
+    """stage = (value + offset) * scale (* weight) (+ bias) of a folded row (offset None: 0),
+    the last pass writing stage's dtype."""
+    parts, width = stage.shape
+    w, b = (_load_folded(vector, cols) if vector is not None else None
+            for vector in (weight, bias))
+    target = stage if b is None else nl.ndarray((parts, width), dtype=nl.float32,
+                                                buffer=nl.sbuf)
+    if w is None:
+        shift = None
+        if offset is not None:
+            shift = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+            shift[...] = nisa.tensor_tensor(offset, scale, np.multiply)
+        target[...] = nisa.activation(op="identity", data=value, scale=scale, bias=shift)
+    elif offset is None:
+        target[...] = nisa.scalar_tensor_tensor(data=value, op0=np.multiply, operand0=scale,
+                                                op1=np.multiply, operand1=w)
+    else:  # (x - mean) * w, then * rstd (+ bias) in one pass below
+        weighted = nl.ndarray((parts, width), dtype=nl.float32, buffer=nl.sbuf)
+        weighted[...] = nisa.scalar_tensor_tensor(data=value, op0=np.add, operand0=offset,
+                                                  op1=np.multiply, operand1=w)
+        if b is not None:
+            stage[...] = nisa.scalar_tensor_tensor(data=weighted, op0=np.multiply,
+                                                   operand0=scale, op1=np.add, operand1=b)
+            return
+        target[...] = nisa.activation(op="identity", data=weighted, scale=scale)
+    if b is not None:
+        stage[...] = nisa.tensor_tensor(target, b, np.add, engine=spare_engine())
+
+
+def _load_folded(row: Tile, cols: int) -> Tile:
+    """A one-row HBM vector folded over the partitions, fp32 in SBUF."""
+    parts = _fold_parts(cols)
+    loaded = nl.ndarray((parts, cols // parts), dtype=nl.float32, buffer=nl.sbuf)
+    loaded[...] = nl.load(_folded(row, cols))
+    return loaded
 
 
 def _columns_last(t: Tile, split: int, cols: int) -> Tile | None:
