@@ -87,6 +87,33 @@ def test_a_warm_case_neither_builds_nor_captures_its_model(tiny_zoo, monkeypatch
         {**first.to_dict(), "seconds": 0, "cache_hit": False}
 
 
+def test_a_model_from_a_config_file_is_cached_like_a_zoo_entry(monkeypatch, tmp_path):
+    """A config.json model (`--config`, a shipped config such as llama-2-7b) keys the result
+    cache on its fields: a warm case neither builds nor traces it."""
+    monkeypatch.setenv("TRNSIM_CACHE_DIR", str(tmp_path / "cache"))
+    fields = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "num_key_value_heads": 2, "vocab_size": 500}
+    path = tmp_path / "tiny-llama.json"
+    path.write_text(json.dumps(fields))
+    first = bench.run_matrix((str(path),), ("inf2.xlarge",), (1,), 16)[0]
+    assert not first.cache_hit
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached case built or traced its model")
+
+    monkeypatch.setattr(bench, "build_model", refuse)
+    monkeypatch.setattr("trnsim.runtime.trace", refuse)
+    again = bench.run_matrix((str(path),), ("inf2.xlarge",), (1,), 16)[0]
+    assert again.cache_hit and again.latency_ms == first.latency_ms
+    path.write_text(json.dumps({**fields, "intermediate_size": 256}))  # another model: a miss
+    with pytest.raises(AssertionError, match="built or traced"):
+        bench.run_matrix((str(path),), ("inf2.xlarge",), (1,), 16)
+    shipped = [bench.result_key(name, 1, 2048, "trn1.2xlarge") for name in ("llama-2-7b",
+                                                                           "llama-3-8b")]
+    assert None not in shipped and shipped[0] != shipped[1]
+
+
 def test_the_result_key_follows_inputs_options_and_flags(tiny_zoo, monkeypatch):
     def key(batch=1, seq=32, instance="inf2.xlarge", **options):
         options = {"auto_cast": None, "auto_cast_type": "bf16", "decode": False, "lnc": None,

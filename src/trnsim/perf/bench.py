@@ -130,8 +130,6 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
     not cached (default: `build_model`); a `model` given is used as is and never cached.
     `trace_dir`: write the case's Perfetto trace there (the case is compiled, not read from the
     result cache, which keeps figures, not timelines)."""
-    from trnsim.runtime import trace
-
     start = time.perf_counter()
     entry = zoo_model(name)
     seq = None if entry.family == "vision" else (seq or entry.default_seq)
@@ -145,6 +143,8 @@ def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast
         if cached is not None:
             cached.seconds = time.perf_counter() - start
             return cached
+    from trnsim.runtime import trace  # after the result cache: a hit never loads the simulator
+
     if model is None:
         model = build() if build is not None else build_model(name, initialise=check_numerics)
     if decode:

@@ -81,7 +81,7 @@ def config_path(name: str):
 
 def causal_lm_builder(config: dict) -> Callable[[], object]:
     """Build a causal LM from a config dict (transformers' own classes; a config never names
-    code to run: remote code is not loaded)."""
+    code to run: remote code is not loaded). `build.config` is that dict."""
     def build():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
@@ -96,13 +96,26 @@ def causal_lm_builder(config: dict) -> Callable[[], object]:
 
             raise InvalidArgumentError(f"model_type {config['model_type']!r}: {error}") from None
         return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    build.config = config
+    build.classes = ("AutoModelForCausalLM", "AutoConfig")
     return build
 
 
-def _hf_json(name: str) -> Callable[[], object]:
-    def build():
-        return causal_lm_builder(read_config(config_path(name)))()
-    return build
+class _ShippedLM:
+    """A causal LM from a shipped config.json. `config` (the file's fields, read when asked
+    for) and `classes` key `trnsim bench`'s result cache, as `_hf`'s builders' do."""
+
+    classes = ("AutoModelForCausalLM", "AutoConfig")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def config(self) -> dict:
+        return read_config(config_path(self.name))
+
+    def __call__(self):
+        return causal_lm_builder(self.config)()
 
 
 def _hf(cls_name: str, config_cls: str, **config):
@@ -156,8 +169,8 @@ ZOO: dict[str, ZooEntry] = {e.name: e for e in (
     # bench --decode per generated token after `seq` cached tokens; build them under
     # trnsim.empty_weights() unless the host has the memory for fp32 weights
     ZooEntry("llama-3.2-1b", "causal-lm", _hf("LlamaForCausalLM", "LlamaConfig", **_LLAMA_32_1B)),
-    ZooEntry("llama-2-7b", "causal-lm", _hf_json("llama-2-7b")),
-    ZooEntry("llama-3-8b", "causal-lm", _hf_json("llama-3-8b")),
+    ZooEntry("llama-2-7b", "causal-lm", _ShippedLM("llama-2-7b")),
+    ZooEntry("llama-3-8b", "causal-lm", _ShippedLM("llama-3-8b")),
     ZooEntry("mistral-7b", "causal-lm", _hf("MistralForCausalLM", "MistralConfig", hidden_size=4096,
                                        intermediate_size=14336, num_hidden_layers=32,
                                        num_attention_heads=32, num_key_value_heads=8,
@@ -246,6 +259,7 @@ def config_entry(path: str | Path, name: str | None = None) -> ZooEntry:
 
 
 def _from_config(fields: dict, causal_class: str | None):
+    """A builder of the model a config's fields describe; `build.config` is those fields."""
     def build():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
@@ -265,6 +279,8 @@ def _from_config(fields: dict, causal_class: str | None):
             raise InvalidArgumentError(f"config names architecture {causal_class!r}, which is not "
                                        "a transformers model class")
         return cls(cfg).eval()
+    build.config = fields
+    build.classes = (causal_class or "AutoModel", "AutoConfig")
     return build
 
 

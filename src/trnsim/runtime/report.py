@@ -261,16 +261,10 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
 
 # --- interval helpers --------------------------------------------------------------------------
 def _union(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
-    if len(starts) == 0:
-        return []
-    order = np.argsort(starts)
-    merged: list[list[float]] = []
-    for s, e in zip(starts[order], ends[order], strict=True):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([float(s), float(e)])
-    return [(a, b) for a, b in merged]
+    from trnsim.sim.profile import merged_intervals  # only when a report is built
+
+    segment_start, segment_end = merged_intervals(starts, ends)
+    return list(zip(segment_start.tolist(), segment_end.tolist(), strict=True))
 
 
 def _length(intervals) -> float:
