@@ -37,15 +37,21 @@ def _f32(*shape):
     return ArraySpec(shape, "float32")
 
 
-def _resident_k(out, a, b):
-    """K tiles loaded once, then accumulated in an nl.affine_range whose body allocates nothing
-    (`acc +=` keeps the accumulator tile)."""
+def _k_tiles(a, b):
+    """a [K, 128] and b [K, 512] loaded K tile by K tile into [128, K/128, *] SBUF tiles."""
     kt = a.shape[0] // 128
     at = nl.ndarray((128, kt, 128), dtype=a.dtype, buffer=nl.sbuf)
     bt = nl.ndarray((128, kt, 512), dtype=b.dtype, buffer=nl.sbuf)
     for k in nl.static_range(kt):
         at[:, k, :] = nl.load(a[k * 128:(k + 1) * 128, :])
         bt[:, k, :] = nl.load(b[k * 128:(k + 1) * 128, :])
+    return kt, at, bt
+
+
+def _resident_k(out, a, b):
+    """K tiles loaded once, then accumulated in an nl.affine_range whose body allocates nothing
+    (`acc +=` keeps the accumulator tile)."""
+    kt, at, bt = _k_tiles(a, b)
     acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
     for k in nl.affine_range(kt):
         acc += nisa.nc_matmul(at[:, k, :], bt[:, k, :])
@@ -55,12 +61,7 @@ def _resident_k(out, a, b):
 def _nested(out, a, b):
     """An affine loop in an affine loop: the inner loop stamps inside the outer's iterations, and
     the outer loop stamps iterations holding stamped ones."""
-    kt = a.shape[0] // 128
-    at = nl.ndarray((128, kt, 128), dtype=a.dtype, buffer=nl.sbuf)
-    bt = nl.ndarray((128, kt, 512), dtype=b.dtype, buffer=nl.sbuf)
-    for k in nl.static_range(kt):
-        at[:, k, :] = nl.load(a[k * 128:(k + 1) * 128, :])
-        bt[:, k, :] = nl.load(b[k * 128:(k + 1) * 128, :])
+    kt, at, bt = _k_tiles(a, b)
     acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
     for n in nl.affine_range(8):
         for k in nl.affine_range(kt):
@@ -144,12 +145,7 @@ def test_tutorial_matmuls_trace_alike_stamped_and_traced(kernel, kwargs, monkeyp
 # --- loops that must be traced plainly -----------------------------------------------------------
 def _moving(out, a, b, *, step):
     """`step(k)`: the K tile iteration k multiplies (affine or not)."""
-    kt = a.shape[0] // 128
-    at = nl.ndarray((128, kt, 128), dtype=a.dtype, buffer=nl.sbuf)
-    bt = nl.ndarray((128, kt, 512), dtype=b.dtype, buffer=nl.sbuf)
-    for k in nl.static_range(kt):
-        at[:, k, :] = nl.load(a[k * 128:(k + 1) * 128, :])
-        bt[:, k, :] = nl.load(b[k * 128:(k + 1) * 128, :])
+    _, at, bt = _k_tiles(a, b)
     acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
     for k in nl.affine_range(10):
         t = step(k)
