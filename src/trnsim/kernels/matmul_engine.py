@@ -61,6 +61,7 @@ from trnsim.kernels.matmul_plan import (
 )
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
+from trnsim.nki.stamp import stamped_range
 from trnsim.nki.tile import Tile
 from trnsim.nki.trace import current_trace
 from trnsim.numerics import dtype as as_dtype
@@ -199,7 +200,7 @@ class Engine:
         with kernel_scope("output block"):
             acc = nl.zeros((rows, round_up(cols, BANK_FP32)), dtype=nl.float32, buffer=nl.psum)
             view = acc[:, 0:cols]
-            for t in range(self.kt):
+            for t in stamped_range(self.kt):
                 self._matmuls(view, lhs_t[:, t, :], rhs_t[:, t, :], t)
             self.sink(view, row0, col0)
 
@@ -311,7 +312,7 @@ class Engine:
         cols = rhs_view.shape[2]
         with kernel_scope("k-outer group"):
             accs = _accumulators([(view.shape[2], cols) for view, _ in lhs_views])
-            for t in range(self.kt):
+            for t in stamped_range(self.kt):
                 for acc, (view, _) in zip(accs, lhs_views, strict=True):
                     self._matmuls(acc, view[:, t, :], rhs_view[:, t, :], t)
             for acc, (_, row0) in zip(accs, lhs_views, strict=True):
@@ -347,16 +348,24 @@ class Engine:
             chunk = nl.ndarray((P, plan.k_chunk, plan.block), dtype=self.dtype, buffer=nl.sbuf)
             operand = self.rhs if streamed == "rhs" else self.lhs
             self.load(chunk[:, 0:t1 - t0, 0:bw], operand, b0, bw, k_tiles=(t0, t1))
-            for t in range(t0, t1):
-                for acc, (r0, rr, lhs_view, c0, cw, rhs_view) in zip(accs, items, strict=True):
-                    if streamed == "rhs":
-                        lhs_t, rhs_t = lhs_view[:, t, :], chunk[:, t - t0, c0 - b0:c0 - b0 + cw]
-                    else:
-                        lhs_t, rhs_t = chunk[:, t - t0, r0 - b0:r0 - b0 + rr], rhs_view[:, t, :]
+            for t in stamped_range(t0, t1):
+                for acc, (lhs_t, rhs_t) in zip(accs, _chunk_operands(items, chunk, streamed, b0,
+                                                                     t, t0), strict=True):
                     self._matmuls(acc, lhs_t, rhs_t, t)
         for acc, (r0, _, _, c0, _, _) in zip(accs, items, strict=True):
             with kernel_scope("output block"):
                 self.sink(acc, r0, c0)
+
+
+def _chunk_operands(items, chunk: Tile, streamed: str, b0: int, t: int,
+                    t0: int) -> list[tuple[Tile, Tile]]:
+    """(lhs, rhs) K tile t of each item of `Engine._k_streamed`, the streamed side's from the
+    chunk buffer holding K tiles t0.. (a function: the stamped loop's body has no branch)."""
+    if streamed == "rhs":
+        return [(lhs_view[:, t, :], chunk[:, t - t0, c0 - b0:c0 - b0 + cw])
+                for _, _, lhs_view, c0, cw, _ in items]
+    return [(chunk[:, t - t0, r0 - b0:r0 - b0 + rr], rhs_view[:, t, :])
+            for r0, rr, _, _, _, rhs_view in items]
 
 
 def _shifted(ensure: Callable[[int, int], None], start: int) -> Callable[[int, int], None]:

@@ -242,6 +242,12 @@ class Trace:
         self._sbuf_by_name: dict[str, int] = {}
         self.calls = 0
         self.spiller = None  # a `trnsim.nki.spill.Spiller` once `enable_spilling` was called
+        # loop-body stamping (`trnsim.nki.stamp`): the events of the iteration being recorded,
+        # and how often a lazily zeroed PSUM tile was settled (a change stamping cannot replay)
+        self.stampable = True
+        self.stamp_log: list | None = None
+        self.stamp_checked: set = set()  # stamped instructions that passed `check` (equal ones skip it)
+        self.zero_claims = 0
 
     def enable_spilling(self, uses: list[list[int]]) -> None:
         """Spill resident SBUF tiles to HBM when an allocation does not fit, and reload them at
@@ -359,9 +365,9 @@ class Trace:
         return emitted
 
     def note_accesses(self, instruction: Instruction) -> None:
-        """Warn (once per line and tile) where the kernel reads on-chip memory nothing has
-        written, or accumulates into PSUM nothing has written: undefined in the NKI docs, NaN
-        here, as AWS's simulator warns."""
+        """Record an emitted instruction's accesses. Warn (once per line and tile) where the
+        kernel reads on-chip memory nothing has written, or accumulates into PSUM nothing has
+        written: undefined in the NKI docs, NaN here, as AWS's simulator warns."""
         inner = getattr(instruction, "inner", instruction)
         accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
         written = inner.writes()  # a destination listed as read keeps what it does not write
@@ -380,7 +386,15 @@ class Trace:
                     f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
                     f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
                     f"the simulated values are NaN)"), stacklevel=2)
-        self.note_uses((*reads, *written))
+        self.note_emitted(self._serials((*reads, *written)), written)
+
+    def note_emitted(self, serials: tuple[int, ...], written) -> None:
+        """Record an emitted instruction's uses of the tracked tiles `serials` and its writes
+        `written`: all `trnsim.nki.stamp` replays for a stamped instruction (the same tiles as
+        the traced iterations', which gave any warning)."""
+        if self.stamp_log is not None:
+            self.stamp_log.append(("i", self.calls))
+        self.note_serials(serials)
         for ap in written:
             if ap.memory is not Memory.HBM:
                 self._written_onchip.add(ap.tensor)
@@ -392,14 +406,27 @@ class Trace:
         """Record the current call as the latest use of the tracked tiles of these operands (also
         where a call reads a tile without an instruction: a reused result, `trnsim.nki.invariant`;
         the tile must stay alive while the kernel names it)."""
-        for ap in aps:
-            if ap.memory is not Memory.HBM:
-                serial = self._sbuf_by_name.get(ap.tensor)
-                if serial is not None:
-                    self.last_use[serial] = self.calls
-                    uses = self.uses[serial]
-                    if not uses or uses[-1] != self.calls:
-                        uses.append(self.calls)
+        self.note_used(self._serials(aps))
+
+    def note_used(self, serials: tuple[int, ...]) -> None:
+        """`note_uses` of the tracked tiles `serials` (as `trnsim.nki.stamp` records it)."""
+        if self.stamp_log is not None:
+            self.stamp_log.append(("u", self.calls, serials))
+        self.note_serials(serials)
+
+    def _serials(self, aps) -> tuple[int, ...]:
+        by_name = self._sbuf_by_name
+        return tuple(serial for ap in aps if ap.memory is not Memory.HBM
+                     and (serial := by_name.get(ap.tensor)) is not None)
+
+    def note_serials(self, serials: tuple[int, ...]) -> None:
+        """The current call uses the tracked tiles numbered `serials`."""
+        calls = self.calls
+        for serial in serials:
+            self.last_use[serial] = calls
+            uses = self.uses[serial]
+            if not uses or uses[-1] != calls:
+                uses.append(calls)
 
     def psum_written(self, tile: Tile) -> bool:
         """Has any instruction written bytes of this PSUM view? (`psum += matmul` into bytes
@@ -478,6 +505,7 @@ class Trace:
             remaining += [(a, min(b, lo))] if a < lo else []
             remaining += [(max(a, hi), b)] if b > hi else []
         storage.zero_ranges = [(a, b) for a, b in remaining if b > a]
+        self.zero_claims += 1
         if exact:
             return "fresh"
         from trnsim.nki.language import memory as nl_memory

@@ -50,6 +50,7 @@ class CurrentTrace(Trace):
         self._accumulating: list[tuple[int, int, int, int]] = []
         self.no_reorder_depth = 0
         self.allow_vector_offset = False  # set while nisa.dma_copy lowers a gather/scatter
+        self.stampable = False  # registers and accumulation groups: not replayed by stamping
 
     # --- registers ------------------------------------------------------------------------------
     def new_register(self) -> int:

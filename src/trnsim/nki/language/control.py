@@ -7,13 +7,15 @@ import itertools
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa import DevicePrint
 from trnsim.nki.operands import tile_arg
+from trnsim.nki.stamp import stamped
 from trnsim.nki.trace import api, current_trace, user_location
 
 _loop_ids = itertools.count()
 
 
 def _scoped_range(kind: str, args):
-    """Iterate like range(*args); each iteration is a scope whose tiles are freed at its end."""
+    """Iterate like range(*args); each iteration is a scope whose tiles are freed at its end.
+    Iterations that differ only in affine addresses are stamped (`trnsim.nki.stamp`)."""
     trace = current_trace(required=False)
     if len(args) == 1 and not isinstance(args[0], int):
         args = (int(args[0]),)
@@ -23,15 +25,8 @@ def _scoped_range(kind: str, args):
         return
     loop = next(_loop_ids)
     source = user_location()
-    for i in values:
-        trace.enter(loop, i, kind, source)
-        try:
-            yield i
-        except BaseException:
-            trace.pending = None
-            raise
-        finally:
-            trace.exit()
+    yield from stamped(trace, values, lambda i, value: trace.enter(loop, value, kind, source),
+                       trace.exit)
 
 
 def affine_range(*args, **kwargs):

@@ -1,0 +1,422 @@
+"""Loop-body stamping: a loop whose iterations emit the same instructions at addresses affine in
+the loop index is traced for a few iterations and the rest are emitted by arithmetic.
+
+Tracing runs a kernel's Python once per loop iteration (`trnsim.nki.trace`); a lowered model's
+matmuls are tens of thousands of identical K-tile iterations that differ only in the byte offsets
+their operands start at. `stamped` traces iterations until three consecutive ones agree: the same
+instruction types and fields, with every difference an access pattern's byte offset or an integer
+field changing by the same amount from the first to the second as from the second to the third;
+the same nl/nisa call count, tile-name count and tile-use record (relative to the iteration's
+first call); no allocation, freeing, lazy PSUM zeroing, result reuse, warning or pending result in
+between (`_state`). The iterations up to the last are then stamped from the third one's
+instructions plus multiples of those differences, each checked and recorded as emission would
+(`Trace.note_accesses`: write versions, PSUM spans, tile uses) with the call and tile-name counters
+advanced as the body would. The last iteration is traced again, so the loop's Python leaves its
+variables as the plain loop does and a last-iteration difference (a partial K tile) is traced.
+
+The body's own Python is screened before any stamping (`_screen_code`): no branch (an ``if`` on
+the index could go another way in a stamped iteration), no loop-carried local (read before written
+in the body), no global, closure or attribute store, no mutating container method (``append`` ...),
+and the scalar attributes of objects the frame holds (``self.count``) and its containers' sizes
+unchanged from one iteration to the next. What the screen cannot see is not detected: a function
+the body calls that branches on the index in a middle iteration only, mutates a module global or
+assigns a Python list by index. NKI traces an affine/sequential loop's body once, with a symbolic
+index, so such a body is not one NKI would compile per iteration either; `TRNSIM_STAMP=off` traces
+every iteration.
+
+The trace computes no values (the simulator executes the instructions), so stamping only has to
+emit the same instructions; `TRNSIM_STAMP=check` traces every iteration and compares each with
+what stamping would have emitted, raising `StampMismatchError` at the first differing field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import dis
+import os
+import sys
+from collections.abc import Callable, Iterator
+from functools import cache
+from typing import TYPE_CHECKING
+
+from trnsim.errors import TrnsimError
+from trnsim.isa import AccessPattern, Instruction
+
+if TYPE_CHECKING:
+    from trnsim.nki.trace import Trace
+
+STAMP_ENV = "TRNSIM_STAMP"
+MIN_ITERATIONS = 6  # three traced to find the template, one traced last: stamp at least two
+MAX_MISSES = 3  # windows of three iterations that did not agree before a loop is traced plainly
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
+                       "setdefault", "add", "discard", "sort", "reverse", "__setitem__"})
+_REJECTED_OPS = frozenset({"STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "DELETE_ATTR",
+                           "DELETE_GLOBAL", "DELETE_DEREF", "DELETE_SUBSCR", "DELETE_FAST",
+                           "YIELD_VALUE", "RETURN_VALUE", "RETURN_CONST", "IMPORT_NAME",
+                           "SETUP_FINALLY", "BEFORE_WITH", "RAISE_VARARGS", "STORE_NAME"})
+
+
+class StampMismatchError(TrnsimError):
+    """A stamped loop iteration differs from the traced one (``TRNSIM_STAMP=check``): a stamping
+    bug or a body the screen let through that is not affine."""
+
+
+def stamp_mode() -> str:
+    """`TRNSIM_STAMP`: ``on`` (default), ``off`` (trace every iteration) or ``check``."""
+    mode = os.environ.get(STAMP_ENV, "on")
+    if mode not in ("on", "off", "check"):
+        raise TrnsimError(f"{STAMP_ENV}={mode!r}: expected on, off or check")
+    return mode
+
+
+def stamped_range(*args: int) -> Iterator[int]:
+    """range(*args) for a kernel's Python loop that opens no scope, stamped while traced."""
+    from trnsim.nki.trace import current_trace
+
+    trace = current_trace(required=False)
+    if trace is None:
+        return iter(range(*args))
+    return stamped(trace, range(*args), depth=1)
+
+
+def stamped(trace: Trace, values: range, enter: Callable[[int, int], None] | None = None,
+            exit_: Callable[[], None] | None = None, *, depth: int = 2) -> Iterator[int]:
+    """Iterate `values` as a loop of the kernel traced by `trace`; `enter(i, v)` / `exit_()`
+    bracket each iteration (a loop scope). `depth`: frames between this generator and the
+    kernel's loop (the frame whose body is screened)."""
+    n = len(values)
+    # (a spilling trace reloads tiles where they are used: not replayed)
+    stampable = trace.stampable and trace.spiller is None
+    mode = stamp_mode() if n >= MIN_ITERATIONS and stampable else "off"
+    frame = sys._getframe(depth) if mode != "off" else None
+    carried = _screen_code(frame.f_code, frame.f_lasti) if frame is not None else None
+    if carried is None:
+        mode = "off"
+    history: list[_Iteration] = []
+    misses, i = 0, 0
+    while i < n:
+        recording = mode != "off" and misses < MAX_MISSES
+        template = _template(history) if recording and i < n - 1 else None
+        if template is None and len(history) == 3:
+            misses += 1
+        if template is not None and mode == "on":
+            _stamp(trace, template, i, n - 1, history[-1].index)
+            history.clear()
+            i = n - 1
+            continue
+        record = _Iteration(trace, i, frame, carried) if recording else None
+        if enter is not None:
+            enter(i, values[i])
+        try:
+            yield values[i]
+        except BaseException:
+            trace.pending = None
+            if record is not None:
+                record.abandon()
+            raise
+        finally:
+            if exit_ is not None:
+                exit_()
+        if record is not None:
+            record.finish()
+            if template is not None:  # check mode: the traced iteration against its stamp
+                _compare(template, record, history[-1].index)
+            else:
+                history.append(record)
+                del history[:-3]
+        i += 1
+
+
+@dataclasses.dataclass
+class _Iteration:
+    """What one traced iteration emitted and did to the trace."""
+
+    trace: Trace
+    index: int
+    frame: object
+    carried: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        trace = self.trace
+        self.outer_log = trace.stamp_log
+        self.log: list[tuple] = []
+        trace.stamp_log = self.log
+        self.calls0 = trace.calls
+        self.ids0 = _tile_id(trace)
+        self.first = len(trace.builder.program.instructions)
+        self.state0 = _state(trace)
+        self.locals0 = _frame_state(self.frame, self.carried)
+        self.valid = True
+
+    def abandon(self) -> None:
+        self.trace.stamp_log = self.outer_log
+
+    def finish(self) -> None:
+        trace = self.trace
+        self.abandon()
+        if self.outer_log is not None:
+            self.outer_log.extend(self.log)
+        self.instructions = trace.builder.program.instructions[self.first:]
+        self.calls = trace.calls - self.calls0
+        self.ids = _tile_id(trace) - self.ids0
+        self.events = [(e[0], e[1] - self.calls0, *e[2:]) for e in self.log]
+        self.valid = self.valid and self.state0 == _state(trace) and \
+            self.locals0 == _frame_state(self.frame, self.carried)
+
+
+@dataclasses.dataclass
+class _Template:
+    last: _Iteration  # the third agreeing iteration
+    deltas: list  # per instruction: {field: delta} (see `_delta`)
+
+
+def _template(history: list[_Iteration]) -> _Template | None:
+    if len(history) < 3 or not all(r.valid for r in history):
+        return None
+    a, b, c = history
+    if not (len(a.instructions) == len(b.instructions) == len(c.instructions)
+            and a.calls == b.calls == c.calls and a.ids == b.ids == c.ids
+            and a.events == b.events == c.events and a.state0 == c.state0
+            and a.locals0 == c.locals0):
+        return None
+    deltas = []
+    for x, y, z in zip(a.instructions, b.instructions, c.instructions, strict=True):
+        d1, d2 = _delta_instruction(x, y), _delta_instruction(y, z)
+        if d1 is None or d1 != d2:
+            return None
+        deltas.append(d1)
+    return _Template(c, deltas)
+
+
+def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) -> None:
+    """Emit iterations start..stop-1 from the template (iteration `base`): each instruction
+    checked and recorded (`Trace.note_emitted`) as emission does, the call and tile-name counters
+    advanced as the body's calls would."""
+    last = template.last
+    core = trace.core
+    inners = [getattr(ins, "inner", ins) for ins in last.instructions]
+    serials = [trace._serials((*inner.reads(), *inner.writes())) for inner in inners]
+    emit, checked = trace.builder.emit, trace.stamp_checked
+    for i in range(start, stop):
+        calls0 = trace.calls
+        instructions = _stamped_instructions(template, i - base)
+        k = 0
+        for event in last.events:
+            while trace.calls < calls0 + event[1]:
+                trace.begin_call()
+            if event[0] == "i":
+                instruction = instructions[k]
+                _check(instruction, core, checked)
+                trace.note_emitted(serials[k], getattr(instruction, "inner", instruction).writes())
+                emit(instruction)
+                k += 1
+            else:
+                trace.note_used(event[2])
+        while trace.calls < calls0 + last.calls:
+            trace.begin_call()
+        _advance_tile_ids(trace, last.ids)
+
+
+def _check(instruction, core, checked: set) -> None:
+    """`instruction.check(core)`, once per equal instruction of the trace (a function of its
+    fields alone; the simulator's planner keeps checks the same way)."""
+    try:
+        if instruction in checked:
+            return
+    except TypeError:  # an unhashable attribute: checked every time
+        instruction.check(core)
+        return
+    instruction.check(core)
+    checked.add(instruction)
+
+
+def _stamped_instructions(template: _Template, m: int) -> list:
+    return [_apply_instruction(ins, delta, m)
+            for ins, delta in zip(template.last.instructions, template.deltas, strict=True)]
+
+
+def _compare(template: _Template, record: _Iteration, base: int) -> None:
+    """Check mode: the traced iteration `record` equals its stamp, field by field."""
+    m = record.index - base
+    where = f"stamped iteration {record.index} (from iteration {base})"
+    last = template.last
+    if not record.valid:
+        raise StampMismatchError(f"{where}: the traced iteration changed the trace's state or the "
+                                 f"loop's Python state as the template iterations did not")
+    for name, got, want in (("instructions", len(record.instructions), len(last.instructions)),
+                            ("nl/nisa calls", record.calls, last.calls),
+                            ("tile names", record.ids, last.ids)):
+        if got != want:
+            raise StampMismatchError(f"{where}: {name} traced {got}, stamped {want}")
+    if record.events != last.events:
+        raise StampMismatchError(f"{where}: tile-use record differs")
+    stamped_ = _stamped_instructions(template, m)
+    for j, (traced, stamp) in enumerate(zip(record.instructions, stamped_, strict=True)):
+        if type(traced) is not type(stamp):
+            raise StampMismatchError(f"{where}, instruction {j}: traced {traced.name}, stamped "
+                                     f"{stamp.name}")
+        for name in _init_fields(type(traced)):
+            a, b = getattr(traced, name), getattr(stamp, name)
+            if a != b or type(a) is not type(b):
+                raise StampMismatchError(f"{where}, instruction {j} ({traced.name}) field "
+                                         f"{name!r}: traced {a!r}, stamped {b!r}")
+
+
+# --- instruction arithmetic ----------------------------------------------------------------------
+@cache
+def _init_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def _delta_instruction(x, y) -> dict | None:
+    """{field: delta} taking instruction x to y, or None when y is not x moved."""
+    if type(x) is not type(y):
+        return None
+    deltas = {}
+    for name in _init_fields(type(x)):
+        a, b = getattr(x, name), getattr(y, name)
+        if a is b:
+            continue
+        d = _delta(a, b)
+        if d is None:
+            return None
+        if d != 0:
+            deltas[name] = d
+    return deltas
+
+
+def _delta(a, b):
+    """0 for equal values; an int for integers; ("ap", bytes) for an access pattern whose
+    offset alone moved; ("seq", deltas) for a tuple of those; None otherwise."""
+    if type(a) is not type(b):
+        return None
+    if a == b:
+        return 0
+    if type(a) is int:
+        return b - a
+    if type(a) is AccessPattern:
+        if a.offset != b.offset and dataclasses.replace(a, offset=b.offset) == b:
+            return ("ap", b.offset - a.offset)
+        return None
+    if type(a) is tuple and len(a) == len(b):
+        parts = tuple(_delta(u, v) for u, v in zip(a, b, strict=True))
+        return None if any(p is None for p in parts) else ("seq", parts)
+    return None
+
+
+def _apply(value, delta, m: int):
+    if delta == 0:
+        return value
+    if type(delta) is int:
+        return value + m * delta
+    if delta[0] == "ap":
+        return _moved(value, m * delta[1])
+    return tuple(_apply(v, d, m) for v, d in zip(value, delta[1], strict=True))
+
+
+def _moved(ap: AccessPattern, by: int) -> AccessPattern:
+    """`ap` with its offset moved by `by` bytes (what `dataclasses.replace` gives, keeping what
+    the offset does not change: the form and free size; its span is derived again)."""
+    new = object.__new__(AccessPattern)
+    fields = new.__dict__
+    fields.update(ap.__dict__)
+    offset = ap.offset + by
+    fields["offset"] = offset
+    fields["_span"] = None
+    fields["_hash"] = hash((ap.memory, ap.dtype, ap.partitions, ap.dims, offset,
+                            ap.partition_start, ap.partition_step, ap.tensor))
+    return new
+
+
+def _apply_instruction(ins, deltas: dict, m: int):
+    cls = type(ins)
+    if cls.__post_init__ is not Instruction.__post_init__:
+        fields = {name: getattr(ins, name) for name in _init_fields(cls)}
+        for name, delta in deltas.items():
+            fields[name] = _apply(fields[name], delta, m)
+        return cls(**fields)
+    new = object.__new__(cls)  # (the template's fields, engine already normalised)
+    fields = new.__dict__
+    fields.update(ins.__dict__)
+    for name, delta in deltas.items():
+        fields[name] = _apply(fields[name], delta, m)
+    return new
+
+
+# --- trace state ---------------------------------------------------------------------------------
+def _tile_id(trace: Trace) -> int:
+    return trace._tile_ids.__reduce__()[1][0]
+
+
+def _advance_tile_ids(trace: Trace, count: int) -> None:
+    if count:
+        import itertools
+
+        trace._tile_ids = itertools.count(_tile_id(trace) + count)
+
+
+def _state(trace: Trace) -> tuple:
+    """What a stampable iteration leaves as it found it (beyond what its instructions record)."""
+    invariants = trace.invariants
+    return (trace.sbuf.cursor, trace.sbuf.peak, len(trace.sbuf.live), trace.psum.cursor,
+            trace.psum.peak, len(trace.psum.live), len(trace.last_use), len(trace.constants),
+            len(invariants), next(reversed(invariants), None) if invariants else None,
+            len(trace.hbm_tiles), trace.output_cursor, len(trace.compiler_psum),
+            len(trace._warned), len(trace.written_inputs), len(trace._loop_placements),
+            trace.spiller is None, trace.pending is None, len(trace.scopes),
+            len(trace.builder.program.tensors), trace.exact_int, trace.label, trace.source,
+            trace.zero_claims, trace.invariants_prune_at)
+
+
+def _frame_state(frame, carried: tuple[str, ...]) -> tuple:
+    """The scalar attributes of the objects the loop's frame holds, its containers' sizes and the
+    objects its loop-carried locals hold (a body's calls mutating them, or ``x += 1`` on a local,
+    make iterations differ in what the trace cannot see; ``acc += matmul`` keeps the tile)."""
+    from trnsim.nki.tile import Tile
+
+    state = []
+    f_locals = frame.f_locals
+    for name, value in f_locals.items():
+        if name in carried:
+            state.append((name, id(value), type(value), getattr(value, "name", None)))
+        elif isinstance(value, (list, dict, set)):
+            state.append((name, len(value)))
+        elif not isinstance(value, (Tile, type)) and hasattr(value, "__dict__") and \
+                not callable(value):
+            state.append((name, tuple((k, v) for k, v in vars(value).items()
+                                      if type(v) in (int, float, bool, str))))
+    return tuple(state)
+
+
+@cache
+def _screen_code(code, lasti: int) -> tuple[str, ...] | None:
+    """The locals carried from one iteration to the next (read before written) of the loop whose
+    FOR_ITER is at `lasti` in `code`, or None when its body has Python effects stamping would
+    skip (see the module doc)."""
+    instructions = list(dis.get_instructions(code))
+    loop = next((k for k, ins in enumerate(instructions)
+                 if ins.offset == lasti and ins.opname == "FOR_ITER"), None)
+    if loop is None:
+        return None
+    end = instructions[loop].argval
+    body = [ins for ins in instructions[loop + 1:] if ins.offset < end]
+    if not body or body[0].opname != "STORE_FAST":
+        return None  # (a loop target that is not one plain local)
+    stored: set[str] = {body[0].argval}
+    carried: set[str] = set()
+    for ins in body[1:]:
+        if ins.opname in _REJECTED_OPS or "JUMP_IF" in ins.opname or \
+                ins.opname.startswith("POP_JUMP"):
+            return None  # (a branch in the body may go the other way in a stamped iteration)
+        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _MUTATORS:
+            return None
+        if ins.opname in ("LOAD_FAST", "LOAD_FAST_CHECK"):
+            if ins.argval not in stored and _stored_in(body, ins.argval):
+                carried.add(ins.argval)
+        elif ins.opname == "STORE_FAST":
+            stored.add(ins.argval)
+    return tuple(sorted(carried))
+
+
+def _stored_in(body, name: str) -> bool:
+    return any(ins.opname == "STORE_FAST" and ins.argval == name for ins in body)

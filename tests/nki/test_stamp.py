@@ -1,0 +1,254 @@
+"""Loop-body stamping (`trnsim.nki.stamp`): kernels traced with stamping give the programs (and
+trace state) of tracing every iteration, instruction by instruction; loops that are not affine,
+or whose Python does what stamping would skip, are traced plainly; check mode catches a stamp
+that differs from the traced iteration."""
+
+import numpy as np
+import pytest
+
+from tests.kernels.harness import ArraySpec, trace_kernel
+from trnsim import hardware
+from trnsim.kernels import attention, matmul, tutorials
+from trnsim.kernels.flash_attention import flash_attention_backward_packed, flash_attention_packed
+from trnsim.nki import isa as nisa
+from trnsim.nki import language as nl
+from trnsim.nki import stamp
+
+
+@pytest.fixture
+def stamped_iterations(monkeypatch):
+    """The number of loop iterations stamped (not traced) so far."""
+    count = [0]
+    original = stamp._stamp
+
+    def counting(trace, template, start, stop, base):
+        count[0] += stop - start
+        return original(trace, template, start, stop, base)
+
+    monkeypatch.setattr(stamp, "_stamp", counting)
+    return count
+
+
+def _bf16(*shape):
+    return ArraySpec(shape, "bfloat16")
+
+
+def _f32(*shape):
+    return ArraySpec(shape, "float32")
+
+
+def _k_tiles(a, b):
+    """a [K, 128] and b [K, 512] loaded K tile by K tile into [128, K/128, *] SBUF tiles."""
+    kt = a.shape[0] // 128
+    at = nl.ndarray((128, kt, 128), dtype=a.dtype, buffer=nl.sbuf)
+    bt = nl.ndarray((128, kt, 512), dtype=b.dtype, buffer=nl.sbuf)
+    for k in nl.static_range(kt):
+        at[:, k, :] = nl.load(a[k * 128:(k + 1) * 128, :])
+        bt[:, k, :] = nl.load(b[k * 128:(k + 1) * 128, :])
+    return kt, at, bt
+
+
+def _resident_k(out, a, b):
+    """K tiles loaded once, then accumulated in an nl.affine_range whose body allocates nothing
+    (`acc +=` keeps the accumulator tile)."""
+    kt, at, bt = _k_tiles(a, b)
+    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(kt):
+        acc += nisa.nc_matmul(at[:, k, :], bt[:, k, :])
+    nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+
+
+def _nested(out, a, b):
+    """An affine loop in an affine loop: the inner loop stamps inside the outer's iterations, and
+    the outer loop stamps iterations holding stamped ones."""
+    kt, at, bt = _k_tiles(a, b)
+    acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+    for n in nl.affine_range(8):
+        for k in nl.affine_range(kt):
+            acc[:, n * 64:(n + 1) * 64] += nisa.nc_matmul(at[:, k, :], bt[:, k, n * 64:(n + 1) * 64])
+    nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+
+
+HARNESS = {  # name: (kernel, inputs, output shape, attributes, stamps something)
+    "resident-k": (_resident_k, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), {}, True),
+    "nested": (_nested, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), {}, True),
+    "matmul-long-k": (matmul, [_bf16(256, 2304), _bf16(2304, 700)], (256, 700), {}, True),
+    "matmul-k-streamed-rhs": (matmul, [_bf16(256, 8192), _bf16(8192, 384)], (256, 384), {}, True),
+    "matmul-k-streamed-lhs": (matmul, [_bf16(384, 11008), _bf16(11008, 256)], (384, 256), {},
+                              True),
+    "matmul-stationary-b": (matmul, [_bf16(96, 1536), _bf16(1536, 1024)], (96, 1024),
+                            {"stationary": "b"}, True),
+    "matmul-bias": (matmul, [_bf16(640, 1024), _bf16(1100, 1024)], (640, 1100),
+                    {"transpose_b": True, "bias": _bf16(1100)}, True),
+    "attention": (attention, [_bf16(1, 2, 256, 64)] * 3, (1, 2, 256, 64), {"scale": 0.125},
+                  False),
+    "flash-forward": (flash_attention_packed, [_f32(1, 2, 384, 64)] * 3, (1, 2, 384, 66),
+                      {"scale": 0.125, "causal": True}, False),
+    "flash-backward": (flash_attention_backward_packed,
+                       [*[_f32(1, 2, 256, 64)] * 5, _f32(1, 2, 256, 2)], (3, 1, 256, 2, 64),
+                       {"scale": 0.125, "causal": False}, False),
+}
+
+
+def _harness_trace(name, mode, monkeypatch):
+    fn, inputs, out_shape, attrs, _ = HARNESS[name]
+    monkeypatch.setenv(stamp.STAMP_ENV, mode)
+    trace, _, _ = trace_kernel(fn, inputs, out_shape, "bfloat16", **attrs)
+    return trace
+
+
+def _assert_same_programs(got, want):
+    assert len(got.instructions) == len(want.instructions) > 0
+    for i, (a, b) in enumerate(zip(got.instructions, want.instructions, strict=True)):
+        assert type(a) is type(b) and a == b and a.label == b.label and a.source == b.source, i
+    assert got.tensors.keys() == want.tensors.keys()
+    assert (got.sbuf_peak_bytes_per_partition, got.psum_peak_bytes_per_partition) == \
+        (want.sbuf_peak_bytes_per_partition, want.psum_peak_bytes_per_partition)
+
+
+def _state(trace):
+    return (trace.calls, trace.uses, trace.last_use, trace.write_versions, trace._psum_spans,
+            trace._written_onchip, stamp._tile_id(trace), trace.sbuf.cursor, trace.psum.cursor,
+            len(trace.invariants))
+
+
+@pytest.mark.parametrize("name", HARNESS)
+def test_kernels_trace_alike_stamped_and_traced(name, monkeypatch, stamped_iterations):
+    plain = _harness_trace(name, "off", monkeypatch)
+    assert stamped_iterations[0] == 0
+    stamped = _harness_trace(name, "on", monkeypatch)
+    _assert_same_programs(stamped.builder.program, plain.builder.program)
+    assert _state(stamped) == _state(plain)
+    assert (stamped_iterations[0] > 0) == HARNESS[name][4]
+    _harness_trace(name, "check", monkeypatch)  # every stamp equals its traced iteration
+
+
+@pytest.mark.parametrize("kernel, kwargs", [
+    (tutorials.matmul_naive, {}),
+    (tutorials.matmul_hoisted, {}),
+    (tutorials.matmul_block_free_dim, {}),
+    (tutorials.matmul_optimized, dict(tiles_in_block_m=2, tiles_in_block_n=2, tiles_in_block_k=2)),
+])
+def test_tutorial_matmuls_trace_alike_stamped_and_traced(kernel, kwargs, monkeypatch):
+    lhs_t = np.zeros((1024, 256), np.float32)
+    rhs = np.zeros((1024, 1024), np.float32)
+    programs = {}
+    for mode in ("off", "on", "check"):
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        traced = kernel._trace(kernel._bind((lhs_t, rhs), kwargs), hardware.core("trn1"))
+        programs[mode] = traced.programs
+    for mode in ("on", "check"):
+        for got, want in zip(programs[mode], programs["off"], strict=True):
+            _assert_same_programs(got, want)
+
+
+# --- loops that must be traced plainly -----------------------------------------------------------
+def _moving(out, a, b, *, step):
+    """`step(k)`: the K tile iteration k multiplies (affine or not)."""
+    _, at, bt = _k_tiles(a, b)
+    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(10):
+        t = step(k)
+        acc += nisa.nc_matmul(at[:, t, :], bt[:, t, :])
+    nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+
+
+def _carried(out, a, b):
+    """A Python local carried from iteration to iteration (affine in the index, but stamping would
+    leave it at the third iteration's value)."""
+    at, bt = nl.load(a[0:128, :]), nl.load(b[0:128, :])
+    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    col = 0
+    for _ in nl.affine_range(8):
+        acc[:, 0:64] += nisa.nc_matmul(at, bt[:, col:col + 64])
+        col += 64
+    nl.store(out[:, 0:64], value=nl.copy(acc[:, 0:64], dtype=out.dtype))
+    nl.store(out[:, 64:128], value=nl.copy(bt[:, col - 64:col], dtype=out.dtype))
+
+
+def _branching(out, a, b):
+    """A branch on the index in a middle iteration."""
+    at, bt = nl.load(a[0:128, :]), nl.load(b[0:128, :])
+    acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(10):
+        acc[:, k * 32:(k + 1) * 32] = nisa.nc_matmul(at, bt[:, k * 32:(k + 1) * 32])
+        if k == 6:
+            acc[:, 0:32] += nisa.nc_matmul(at, bt[:, 0:32])
+    nl.store(out[:, 0:320], value=nl.copy(acc[:, 0:320], dtype=out.dtype))
+
+
+def _side_effect(out, a, b, *, seen):
+    """The body's call records something in a list the loop's frame holds."""
+    at, bt = nl.load(a[0:128, :]), nl.load(b[0:128, :])
+    acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(10):
+        _record(seen, k)
+        acc[:, k * 32:(k + 1) * 32] = nisa.nc_matmul(at, bt[:, k * 32:(k + 1) * 32])
+    nl.store(out[:, 0:320], value=nl.copy(acc[:, 0:320], dtype=out.dtype))
+
+
+def _record(seen: list, k: int) -> None:
+    seen.append(k)
+
+
+FALLBACKS = {
+    "quadratic-addresses": (_moving, {"step": lambda k: k * k % 10}),
+    "carried-local": (_carried, {}),
+    "branch-on-index": (_branching, {}),
+}
+
+
+@pytest.mark.parametrize("name", [*FALLBACKS, "side-effect"])
+def test_loops_not_provably_affine_are_traced(name, monkeypatch, stamped_iterations):
+    inputs = [_bf16(1280, 128), _bf16(1280, 512)]
+    programs, seen = {}, {}
+    for mode in ("off", "on", "check"):
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        if name == "side-effect":
+            seen[mode] = []
+            fn, attrs = _side_effect, {"seen": seen[mode]}
+        else:
+            fn, attrs = FALLBACKS[name]
+        trace, _, _ = trace_kernel(lambda out, a, b, fn=fn, attrs=attrs: fn(out, a, b, **attrs),
+                                   inputs, (128, 512), "bfloat16")
+        programs[mode] = trace.builder.program
+    assert stamped_iterations[0] == 0
+    _assert_same_programs(programs["on"], programs["off"])
+    if name == "side-effect":
+        assert seen["on"] == seen["off"] == list(range(10))
+
+
+def test_an_affine_step_is_stamped(monkeypatch, stamped_iterations):
+    """The same kernel as the quadratic one, with an affine step: stamped, and equal."""
+    inputs = [_bf16(1280, 128), _bf16(1280, 512)]
+    programs = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        trace, _, _ = trace_kernel(lambda out, a, b: _moving(out, a, b, step=lambda k: 9 - k),
+                                   inputs, (128, 512), "bfloat16")
+        programs[mode] = trace.builder.program
+    # the first iteration starts the accumulation, the next three agree, the last is traced
+    assert stamped_iterations[0] == 10 - 5
+    _assert_same_programs(programs["on"], programs["off"])
+
+
+def test_check_mode_stops_at_the_first_differing_field(monkeypatch):
+    """With the screen switched off, a branch in a middle iteration is stamped wrongly: check mode
+    names the iteration, instruction and field."""
+    monkeypatch.setattr(stamp, "_screen_code", lambda code, lasti: ())
+    inputs = [_bf16(128, 128), _bf16(128, 512)]
+    monkeypatch.setenv(stamp.STAMP_ENV, "on")
+    wrong, _, _ = trace_kernel(_branching, inputs, (128, 512), "bfloat16")
+    monkeypatch.setenv(stamp.STAMP_ENV, "off")
+    right, _, _ = trace_kernel(_branching, inputs, (128, 512), "bfloat16")
+    assert len(wrong.builder.program.instructions) < len(right.builder.program.instructions)
+    monkeypatch.setenv(stamp.STAMP_ENV, "check")
+    with pytest.raises(stamp.StampMismatchError, match=r"stamped iteration 6 .*: instructions "
+                                                       r"traced 4, stamped 2"):
+        trace_kernel(_branching, inputs, (128, 512), "bfloat16")
+
+
+def test_a_bad_mode_is_named(monkeypatch):
+    monkeypatch.setenv(stamp.STAMP_ENV, "sometimes")
+    with pytest.raises(stamp.TrnsimError, match="TRNSIM_STAMP='sometimes'"):
+        trace_kernel(_resident_k, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), "bfloat16")
