@@ -202,6 +202,19 @@ def test_long_contraction_rows_are_transposed_in_hbm_first():
     assert internal == [(10240, 768)]
 
 
+def test_only_the_re_streamed_operand_of_a_long_contraction_is_rewritten_k_major(rng):
+    """x [768, 8192] @ W[1024, 8192]^T (a 70B layer's forward projection, both operands with K
+    contiguous): neither fits SBUF, so x is re-streamed once per super-block of W and must be
+    K-major in HBM; W is read once and reaches SBUF as rows through TensorE transposes. Both
+    were rewritten through HBM, W's bytes written back and read again for nothing."""
+    a = rng.standard_normal((768, 8192)).astype(np.float32)
+    w = rng.standard_normal((1024, 8192)).astype(np.float32)
+    result = run(matmul, [a, w], (768, 1024), "float32", transpose_b=True)
+    internal = [t.shape for t in result.program.tensors.values() if t.kind == "internal"]
+    assert internal == [(8192, 768)]
+    assert_close(result.output, loaded(a, "bfloat16") @ loaded(w, "bfloat16").T, "float32")
+
+
 def test_a_vocabulary_long_contraction_keeps_fewer_than_512_columns_resident():
     """A language model head's input gradient contracts over the vocabulary: K = 30522 is 239
     K tiles, so not even one 512-column PSUM bank of b fits SBUF resident; the kernel keeps

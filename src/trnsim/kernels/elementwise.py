@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.kernels.layout import (
+    TILED_FOR,
     Evictor,
     P,
     broadcast_to_shape,
@@ -38,6 +39,9 @@ from trnsim.nki import language as nl
 from trnsim.nki.tile import Tile
 
 Program = Callable[[Sequence[Tile]], Tile]
+# A transposing copy's loads and stores move runs this long per partition: the DMA guide's size
+# from which transfers are efficient (hardware.md section 6, fact 7).
+TRANSPOSE_RUN_BYTES = TILED_FOR.dma.efficient_bytes_per_partition
 
 
 def elementwise(out: Tile, inputs: Sequence[Tile], *, program: Program) -> None:
@@ -243,8 +247,11 @@ def _unit_stride_axis(x: Tile) -> int | None:
 
 
 def _transposing_copy(out: Tile, x: Tile, axis: int) -> None:
-    """out[..., i, ..., j] = x[...] where x's stride-1 axis is `axis`: per 128 x 128 block, one
-    contiguous load along `axis`, a TensorE transpose, and a store along out's last axis."""
+    """out[..., i, ..., j] = x[...] where x's stride-1 axis is `axis`, through TensorE
+    transposes of 128 x 128 pieces. Each block spans `TRANSPOSE_RUN_BYTES` along both sides:
+    one load per 128 rows of out's last axis whose runs along `axis` are that long, and one
+    store per 128 rows of `axis` whose runs along out's last axis are that long. (Blocks of
+    128 x 128 moved 256-byte bf16 runs: the DMA engines' descriptor overhead halved their rate.)"""
     import numpy as np
 
     rank = x.ndim
@@ -252,6 +259,8 @@ def _transposing_copy(out: Tile, x: Tile, axis: int) -> None:
     lead = [i for i in range(rank) if i not in (axis, last)]
     evictor = Evictor()
     lead_shape = [x.shape[i] for i in lead]
+    run = max(P, TRANSPOSE_RUN_BYTES // x.dtype_spec.itemsize)  # elements of `axis` per load
+    group = max(1, TRANSPOSE_RUN_BYTES // (P * out.dtype_spec.itemsize))  # 128-row tiles per store
     for index in (np.ndindex(*lead_shape) if lead else [()]):
         key = [slice(None)] * rank
         for i, v in zip(lead, index, strict=True):
@@ -260,16 +269,36 @@ def _transposing_copy(out: Tile, x: Tile, axis: int) -> None:
         # xs / os_ are 2-D [A (axis), L (last)] with xs contiguous along A
         a_size, l_size = xs.shape
         xt = hbm_view(xs, (l_size, a_size), hbm_strides(xs)[::-1])  # [L, A], rows contiguous
-        for l0, lr in tiles(l_size, P):
-            for a0, ar in tiles(a_size, P):
+        full = l_size // P
+        groups = [(g0 * P, min(group, full - g0), P) for g0 in range(0, full, group)]
+        if l_size > full * P:  # the partial tile of L on its own: every group's tiles agree
+            groups.append((full * P, 1, l_size - full * P))
+        for l0, count, lr in groups:
+            for a0, an in tiles(a_size, run):
                 with kernel_scope("transpose block"):
-                    rows = nl.ndarray((P, P), dtype=x.dtype, buffer=nl.sbuf)
-                    rows[0:lr, 0:ar] = nl.load(xt[l0:l0 + lr, a0:a0 + ar])
-                    bank = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
-                    bank[0:ar, 0:lr] = nisa.nc_transpose(rows[0:lr, 0:ar])
-                    stage = nl.ndarray((P, P), dtype=out.dtype, buffer=nl.sbuf)
-                    evictor.copy(stage[0:ar, 0:lr], bank[0:ar, 0:lr])
-                    nl.store(os_[a0:a0 + ar, l0:l0 + lr], value=stage[0:ar, 0:lr])
+                    _transpose_block(os_, xt, l0, count, lr, a0, an, evictor)
+
+
+def _transpose_block(os_: Tile, xt: Tile, l0: int, count: int, lr: int, a0: int, an: int,
+                     evictor: Evictor) -> None:
+    """os_[a0:a0+an, l0:l0+count*lr] = xt[l0:..., a0:a0+an]^T: `count` loads of [lr, an],
+    per 128 columns of A the pieces' transposes (four to a PSUM bank) and one store."""
+    rows = nl.ndarray((P, count, an), dtype=xt.dtype, buffer=nl.sbuf)
+    for j in range(count):
+        rows[0:lr, j, :] = nl.load(xt[l0 + j * lr:l0 + (j + 1) * lr, a0:a0 + an])
+    steps = hbm_strides(os_)
+    for t0, tr in tiles(an, P):
+        with kernel_scope("transpose piece"):
+            stage = nl.ndarray((P, count, lr), dtype=os_.dtype, buffer=nl.sbuf)
+            for b0, bn in tiles(count, 4):
+                with kernel_scope("transpose bank"):
+                    bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+                    for j in range(bn):
+                        bank[0:tr, j, 0:lr] = nisa.nc_transpose(rows[0:lr, b0 + j, t0:t0 + tr])
+                    evictor.copy(stage[0:tr, b0:b0 + bn, :], bank[0:tr, 0:bn, 0:lr])
+            target = hbm_view(os_, (tr, count, lr), (steps[0], lr * steps[1], steps[1]),
+                              offset=(a0 + t0) * steps[0] + l0 * steps[1])
+            nl.store(target, value=stage[0:tr])
 
 
 def concat(out: Tile, inputs: Sequence[Tile], *, axis: int) -> None:

@@ -210,17 +210,14 @@ def simulate_graph(graph: StepGraph, instance) -> CompiledStep:
         write_trace([profile], trace_path(trace_dir, graph.key),
                     titles=[f"graph {graph.key} ({graph.why} at {graph.source})"])
     busy = busy_by_kernel(profile)
-    phase_ns = dict.fromkeys(PHASES, 0.0)
-    rows = []
-    for (op, source), ns in busy.items():
-        phase_ns[phase_of(source)] += ns
-        rows.append({"op": op, "source": source, "ns": ns, "phase": phase_of(source)})
+    rows = [{"op": op, "source": source, "ns": ns, "phase": phase_of(source)}
+            for (op, source), ns in busy.items()]
     total = profile.total_ns
-    work = sum(phase_ns.values())
-    if work > 0:  # engines run concurrently: share the step's time in proportion to busy time
-        phase_ns = {p: v * total / work for p, v in phase_ns.items()}
+    work = sum(busy.values())
+    if work > 0:  # engines run concurrently: a kernel's share of the step by its busy time
         for row in rows:
             row["ns"] *= total / work
+    phase_ns = phase_timeline_ns(profile)
     flops = int(np.asarray(profile.flops, dtype=np.int64).sum())
     return CompiledStep(graph.key, total, phase_ns, rows, flops,
                         dict(profile.summary.engine_utilisation), len(profile),
@@ -278,6 +275,43 @@ def busy_by_kernel(profile) -> dict[tuple[str, str | None], float]:
     which = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
     busy = np.bincount(which, weights=profile.end_ns - profile.start_ns, minlength=len(keys))
     return {key: float(busy[i]) for key, i in keys.items() if busy[i] > 0}
+
+
+def phase_timeline_ns(profile) -> dict[str, float]:
+    """Device time by phase along the timeline: each instant of the graph goes to the phases
+    with an instruction in flight then, shared equally when several are (the forward's last
+    kernel overlapping the backward's first), and an instant with none in flight to the phases
+    of the next busy one. Not busy time: the engines and 16 DMA queues run at once and a DMA's
+    record spans its wait for engines, so summed busy time weighed DMA-heavy kernels many times
+    over (a Llama-3-70B TP16 layer's forward, 11.3 ms of timeline, counted 14.9 ms, and its
+    7.4 ms optimizer 2.4 ms)."""
+    out = dict.fromkeys(PHASES, 0.0)
+    program = profile.program
+    pcs = np.asarray(profile.pcs if profile.pcs is not None else np.arange(len(profile)),
+                     dtype=np.int64)
+    if not len(pcs):
+        return out
+    index = {p: i for i, p in enumerate(PHASES)}
+    of_pc = np.array([index[phase_of(ins.source)] for ins in program.instructions], np.int64)
+    which = of_pc[pcs]
+    start, end = np.asarray(profile.start_ns, float), np.asarray(profile.end_ns, float)
+    edges = np.unique(np.concatenate([[0.0, float(profile.total_ns)], start, end]))
+    lengths = np.diff(edges)
+    active = np.zeros((len(PHASES), len(lengths)), dtype=bool)
+    for p in np.unique(which):
+        delta = np.zeros(len(edges))
+        np.add.at(delta, np.searchsorted(edges, start[which == p]), 1.0)
+        np.add.at(delta, np.searchsorted(edges, end[which == p]), -1.0)
+        active[p] = np.cumsum(delta)[:-1] > 0.5
+    busy = np.flatnonzero(active.any(axis=0))
+    if not len(busy):
+        return out
+    following = busy[np.minimum(np.searchsorted(busy, np.arange(len(lengths))), len(busy) - 1)]
+    active = active[:, following]
+    share = lengths / active.sum(axis=0)
+    for p, i in index.items():
+        out[p] = float(share[active[i]].sum())
+    return out
 
 
 def phase_of(source: str | None) -> str:
