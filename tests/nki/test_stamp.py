@@ -108,7 +108,7 @@ def _assert_same_programs(got, want):
 
 def _state(trace):
     return (trace.calls, trace.uses, trace.last_use, trace.write_versions, trace._psum_spans,
-            trace._written_onchip, stamp._tile_id(trace), trace.sbuf.cursor, trace.psum.cursor,
+            trace._written_onchip, trace.tile_ids, trace.sbuf.cursor, trace.psum.cursor,
             len(trace.invariants))
 
 

@@ -53,9 +53,7 @@ class AccessPattern:
     _form: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.memory, self.dtype, self.partitions, self.dims,
-                                                self.offset, self.partition_start,
-                                                self.partition_step, self.tensor)))
+        object.__setattr__(self, "_hash", self._identity_hash(self.offset, self.tensor))
         object.__setattr__(self, "_free_size", prod(size for _, size in self.dims))
 
     def __hash__(self) -> int:
@@ -77,13 +75,28 @@ class AccessPattern:
     def renamed(self, tensor: str) -> AccessPattern:
         """The same pattern on another tensor (what `dataclasses.replace(ap, tensor=...)` gives,
         without re-deriving what the name does not change: the lowering renames thousands)."""
+        return self._placed(self.offset, tensor, self._span)
+
+    def moved(self, by: int) -> AccessPattern:
+        """The same pattern `by` bytes further (what `dataclasses.replace(ap, offset=...)` gives,
+        keeping what the offset does not change, the form and free size: loop-body stamping,
+        `trnsim.nki.stamp`, moves thousands)."""
+        return self._placed(self.offset + by, self.tensor, None)
+
+    def _placed(self, offset: int, tensor: str, span: tuple[int, int] | None) -> AccessPattern:
         new = object.__new__(AccessPattern)
         fields = new.__dict__
         fields.update(self.__dict__)
+        fields["offset"] = offset
         fields["tensor"] = tensor
-        fields["_hash"] = hash((self.memory, self.dtype, self.partitions, self.dims, self.offset,
-                                self.partition_start, self.partition_step, tensor))
+        fields["_span"] = span
+        fields["_hash"] = self._identity_hash(offset, tensor)
         return new
+
+    def _identity_hash(self, offset: int, tensor: str) -> int:
+        """The hash of the compared fields, with this offset and tensor."""
+        return hash((self.memory, self.dtype, self.partitions, self.dims, offset,
+                     self.partition_start, self.partition_step, tensor))
 
     # --- shape ---------------------------------------------------------------------------------
     @property

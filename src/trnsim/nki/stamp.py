@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
-from trnsim.errors import TrnsimError
+from trnsim.errors import InvalidArgumentError, TrnsimError
 from trnsim.isa import AccessPattern, Instruction
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def stamp_mode() -> str:
     """`TRNSIM_STAMP`: ``on`` (default), ``off`` (trace every iteration) or ``check``."""
     mode = os.environ.get(STAMP_ENV, "on")
     if mode not in ("on", "off", "check"):
-        raise TrnsimError(f"{STAMP_ENV}={mode!r}: expected on, off or check")
+        raise InvalidArgumentError(f"{STAMP_ENV}={mode!r}: expected on, off or check")
     return mode
 
 
@@ -142,7 +142,7 @@ class _Iteration:
         self.log: list[tuple] = []
         trace.stamp_log = self.log
         self.calls0 = trace.calls
-        self.ids0 = _tile_id(trace)
+        self.ids0 = trace.tile_ids
         self.first = len(trace.builder.program.instructions)
         self.state0 = _state(trace)
         self.locals0 = _frame_state(self.frame, self.carried)
@@ -158,7 +158,7 @@ class _Iteration:
             self.outer_log.extend(self.log)
         self.instructions = trace.builder.program.instructions[self.first:]
         self.calls = trace.calls - self.calls0
-        self.ids = _tile_id(trace) - self.ids0
+        self.ids = trace.tile_ids - self.ids0
         self.events = [(e[0], e[1] - self.calls0, *e[2:]) for e in self.log]
         self.valid = self.valid and self.state0 == _state(trace) and \
             self.locals0 == _frame_state(self.frame, self.carried)
@@ -214,7 +214,7 @@ def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) 
                 trace.note_used(event[2])
         while trace.calls < calls0 + last.calls:
             trace.begin_call()
-        _advance_tile_ids(trace, last.ids)
+        trace.tile_ids += last.ids
 
 
 def _check(instruction, core, checked: set) -> None:
@@ -310,22 +310,8 @@ def _apply(value, delta, m: int):
     if type(delta) is int:
         return value + m * delta
     if delta[0] == "ap":
-        return _moved(value, m * delta[1])
+        return value.moved(m * delta[1])
     return tuple(_apply(v, d, m) for v, d in zip(value, delta[1], strict=True))
-
-
-def _moved(ap: AccessPattern, by: int) -> AccessPattern:
-    """`ap` with its offset moved by `by` bytes (what `dataclasses.replace` gives, keeping what
-    the offset does not change: the form and free size; its span is derived again)."""
-    new = object.__new__(AccessPattern)
-    fields = new.__dict__
-    fields.update(ap.__dict__)
-    offset = ap.offset + by
-    fields["offset"] = offset
-    fields["_span"] = None
-    fields["_hash"] = hash((ap.memory, ap.dtype, ap.partitions, ap.dims, offset,
-                            ap.partition_start, ap.partition_step, ap.tensor))
-    return new
 
 
 def _apply_instruction(ins, deltas: dict, m: int):
@@ -344,17 +330,6 @@ def _apply_instruction(ins, deltas: dict, m: int):
 
 
 # --- trace state ---------------------------------------------------------------------------------
-def _tile_id(trace: Trace) -> int:
-    return trace._tile_ids.__reduce__()[1][0]
-
-
-def _advance_tile_ids(trace: Trace, count: int) -> None:
-    if count:
-        import itertools
-
-        trace._tile_ids = itertools.count(_tile_id(trace) + count)
-
-
 def _state(trace: Trace) -> tuple:
     """What a stampable iteration leaves as it found it (beyond what its instructions record)."""
     invariants = trace.invariants

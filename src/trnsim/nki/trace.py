@@ -10,7 +10,6 @@ user's source line to every instruction and error.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -193,7 +192,7 @@ class Trace:
         # every instruction is checked as it is emitted (`emit_now`), at the user's line: the
         # simulator's planner does not check them again
         self.builder.program.checked = True
-        self._tile_ids = itertools.count()  # per trace, so tracing twice gives equal programs
+        self.tile_ids = 0  # tile names numbered per trace, so tracing twice gives equal programs
         self.tile_class = tile_class  # the API's tensor type (legacy Tile or current NkiTensor)
         self.core = self.builder.core
         self.dtype_style = dtype_style
@@ -323,7 +322,7 @@ class Trace:
         tile = self.tile_class(self, None, axes, as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, fallback=fallback, tags=tuple(tags),
                                     matmul=matmul),
-                    name=f"{(self.label or 'tile').split('.')[-1]}_{next(self._tile_ids)}")
+                    name=f"{(self.label or 'tile').split('.')[-1]}_{self._new_tile_id()}")
         tile._pending_source, tile._pending_label = self.source, self.label
         self.pending = tile
         return tile
@@ -418,6 +417,12 @@ class Trace:
         by_name = self._sbuf_by_name
         return tuple(serial for ap in aps if ap.memory is not Memory.HBM
                      and (serial := by_name.get(ap.tensor)) is not None)
+
+    def _new_tile_id(self) -> int:
+        """The next number of an unnamed tile (`tile_ids` counts them; stamping advances it)."""
+        number = self.tile_ids
+        self.tile_ids = number + 1
+        return number
 
     def note_serials(self, serials: tuple[int, ...]) -> None:
         """The current call uses the tracked tiles numbered `serials`."""
@@ -539,7 +544,7 @@ class Trace:
         bytes between consecutive blocks along each leading block axis, where an allocation
         function spread them out (None: packed one after another)."""
         dt = as_dtype(dtype)
-        name = name or f"t{next(self._tile_ids)}"
+        name = name or f"t{self._new_tile_id()}"
         if buffer in ("hbm", "shared_hbm", "private_hbm"):
             return self.hbm_tensor(name, shape, dt, kind="output" if buffer == "shared_hbm" else "internal",
                                    buffer=buffer)
