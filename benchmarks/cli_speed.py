@@ -47,13 +47,17 @@ TARGETS_S = {"bench_bert_large_warm_wall_s": 2.0, "bench_default_warm_wall_s": 1
 def run(args: tuple[str, ...], env: dict, python_flags: tuple[str, ...] = ()) -> dict:
     """One child process: wall, CPU (user + sys) and peak RSS from its own rusage."""
     load = os.getloadavg()
-    start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, *python_flags, "-m", "trnsim", *args], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    # communicate() would reap the child itself; wait4 needs to reap it to get its rusage
-    stdout, stderr = child.stdout.read(), child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
+    # files, not pipes: a child filling one pipe while we read the other would block both
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        child = subprocess.Popen([sys.executable, *python_flags, "-m", "trnsim", *args], env=env,
+                                 stdout=out, stderr=err)
+        # (wait4, not wait(): it reaps the child and gives its resource usage)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"trnsim {' '.join(args)} failed ({child.returncode}):\n"

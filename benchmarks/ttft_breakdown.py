@@ -22,17 +22,10 @@ import json
 
 def prefill_report(source, deployment, layers: int, prompt: int):
     """(report, host ms) of the prefill of `prompt` tokens with the model's first `layers`."""
-    import torch
+    from trnsim.perf.serving.steps import _with_layers, compile_step, host_ms
 
-    from trnsim.perf.serving.steps import _with_layers, host_ms, prefill_module
-    from trnsim.runtime import trace
-
-    model = _with_layers(source.config, layers)
-    if deployment.dtype is not None:
-        model = model.to(getattr(torch, deployment.dtype))
-    ids = torch.randint(0, 1000, (1, prompt), generator=torch.Generator().manual_seed(0))
-    compiled = trace(prefill_module(model), (), kwargs={"input_ids": ids},
-                     **deployment.compile_options())
+    compiled = compile_step(_with_layers(source.config, layers), source.config, deployment,
+                            "prefill", 1, prompt)
     return compiled.report(), host_ms(compiled)
 
 

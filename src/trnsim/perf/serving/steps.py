@@ -194,28 +194,13 @@ class StepTimer:
         return one + (layers - 1) * (two - one)
 
     def _simulate(self, phase: str, batch: int, size: int, layers: int | None = None) -> float:
-        from trnsim.compiler.decode_step import decode_step
-        from trnsim.runtime import trace
-
         if self._progress:
             self._progress(f"compiling {self.name} {phase} batch {batch} "
                            f"{'length' if phase == 'prefill' else 'positions'} {size}"
                            + (f" ({layers} layer{'s' if layers > 1 else ''})" if layers else ""))
         start = time.perf_counter()
-        import torch
-
-        d = self.deployment
         model = self.model if layers is None else _with_layers(self._config, layers)
-        if d.dtype is not None:  # meta weights: a dtype change allocates nothing
-            model = model.to(getattr(torch, d.dtype))
-        if phase == "prefill":
-            vocab = int(self.config.get("vocab_size") or 1000)
-            ids = torch.randint(0, min(vocab, 1000), (batch, size),
-                                generator=torch.Generator().manual_seed(0))
-            module, kwargs = prefill_module(model), {"input_ids": ids}
-        else:
-            module, kwargs = decode_step(model, batch=batch, context=size - 1)
-        compiled = trace(module, (), kwargs=kwargs, **d.compile_options())
+        compiled = compile_step(model, self._config, self.deployment, phase, batch, size)
         latency = float(compiled.report().latency_ms) + host_ms(compiled)
         self.compiles += 1
         self.compile_seconds += time.perf_counter() - start
@@ -245,6 +230,27 @@ class StepTimer:
             tmp.replace(self._path)
         except OSError:
             pass  # a cache that cannot be written is skipped
+
+
+def compile_step(model: Any, config: dict, deployment: Deployment, phase: str, batch: int,
+                 size: int) -> Any:
+    """`model` (meta weights, described by `config`) compiled for `deployment` as one step:
+    "prefill" of `size` prompt tokens, or "decode" of one token with `size` KV positions."""
+    import torch
+
+    from trnsim.compiler.decode_step import decode_step
+    from trnsim.runtime import trace
+
+    if deployment.dtype is not None:  # meta weights: a dtype change allocates nothing
+        model = model.to(getattr(torch, deployment.dtype))
+    if phase == "prefill":
+        vocab = int(config.get("vocab_size") or 1000)
+        ids = torch.randint(0, min(vocab, 1000), (batch, size),
+                            generator=torch.Generator().manual_seed(0))
+        module, kwargs = prefill_module(model), {"input_ids": ids}
+    else:
+        module, kwargs = decode_step(model, batch=batch, context=size - 1)
+    return trace(module, (), kwargs=kwargs, **deployment.compile_options())
 
 
 def host_ms(compiled: Any) -> float:
