@@ -3,10 +3,12 @@ compute and collective segments. Prints JSON.
 
 TTFT is composed as `trnsim validate` composes it (`StepTimer(compose_layers=True)`): one
 prefill of the prompt's bucket with one layer and with two, t(L) = t(1) + (L - 1) (t(2) - t(1)),
-plus the host's share of the call (dispatch, ids in, logits out). The second layer of the
-two-layer run is split at its collectives, in the order the slowest rank ran them: the compute
-before each collective (e.g. norm, Q/K/V, RoPE, attention, output projection), the collective,
-and so on. The fixed part (embedding, final norm, LM head, logits gather) is t(1) - one layer.
+plus the host's share of the call as transformers-neuronx makes it (`serving.host_io`:
+dispatch, the host-embedded hidden state and position ids to every rank, each rank's logits
+shard back). The second layer of the two-layer run is split at its collectives, in the order
+the slowest rank ran them: the compute before each collective (e.g. norm, Q/K/V, RoPE,
+attention, output projection), the collective, and so on. The fixed part (embedding, final
+norm, LM head, logits gather) is t(1) - one layer.
 
 Run (the two calibration rows of issue 23):
   PYTHONPATH=src python benchmarks/ttft_breakdown.py llama-3-8b trn1.32xlarge --tp 32 \
@@ -21,12 +23,12 @@ import json
 
 
 def prefill_report(source, deployment, layers: int, prompt: int):
-    """(report, host ms) of the prefill of `prompt` tokens with the model's first `layers`."""
-    from trnsim.perf.serving.steps import _with_layers, compile_step, host_ms
+    """The report of the prefill of `prompt` tokens with the model's first `layers`."""
+    from trnsim.perf.serving.steps import _with_layers, compile_step
 
     compiled = compile_step(_with_layers(source.config, layers), source.config, deployment,
                             "prefill", 1, prompt)
-    return compiled.report(), host_ms(compiled)
+    return compiled.report()
 
 
 def layer_segments(report, layer_ms: float) -> list[dict]:
@@ -47,6 +49,7 @@ def layer_segments(report, layer_ms: float) -> list[dict]:
 
 def main() -> None:
     from trnsim import hardware
+    from trnsim.perf.serving.host_io import step_host_time
     from trnsim.perf.serving.models import resolve_model
     from trnsim.perf.serving.steps import Deployment, _layer_count
 
@@ -61,16 +64,19 @@ def main() -> None:
     source = resolve_model(args.model)
     deployment = Deployment(hardware.instance(args.instance).name, args.tp, dtype=args.dtype,
                             quantize=args.quantize)
-    one, host = prefill_report(source, deployment, 1, args.prompt)
-    two, _ = prefill_report(source, deployment, 2, args.prompt)
+    one = prefill_report(source, deployment, 1, args.prompt)
+    two = prefill_report(source, deployment, 2, args.prompt)
+    host = step_host_time(source.config, deployment, "prefill", 1, args.prompt)
+    host_ms = 0.0 if host is None else host.total_ns / 1e6
     layer_ms = two.latency_ms - one.latency_ms
     layers = _layer_count(source.config)
     segments = layer_segments(two, layer_ms)
     print(json.dumps({
         "model": source.name, "instance": deployment.instance, "tp": args.tp,
         "prompt_bucket": args.prompt, "layers": layers,
-        "ttft_ms": host + one.latency_ms + (layers - 1) * layer_ms,
-        "host": one.host, "fixed_device_us": (one.latency_ms - layer_ms) * 1e3,
+        "ttft_ms": host_ms + one.latency_ms + (layers - 1) * layer_ms,
+        "host": None if host is None else host.to_dict(),
+        "fixed_device_us": (one.latency_ms - layer_ms) * 1e3,
         "layer_us": layer_ms * 1e3, "layer_segments_us": segments,
     }, indent=1))
 

@@ -3,7 +3,8 @@
 import pytest
 
 from trnsim import hardware
-from trnsim.runtime.host_time import host_time, tensor_bytes
+from trnsim.errors import InvalidArgumentError
+from trnsim.runtime.host_time import host_time, ranks_host_time, tensor_bytes
 from trnsim.sim.execution_plan import TensorSpec
 
 
@@ -34,3 +35,21 @@ def test_tensor_bytes_reads_the_pytorch_dtype_first():
     assert tensor_bytes(TensorSpec("x", (2, 3), "int32", "torch.int64")) == 48
     assert tensor_bytes(TensorSpec("x", (2, 3), "bfloat16")) == 12
     assert tensor_bytes(TensorSpec("x", (), "float32")) == 4
+
+
+def test_ranks_on_one_chip_queue_on_its_link_while_chips_copy_side_by_side():
+    spec = hardware.instance("inf2.48xlarge")
+    start, rate = spec.chip.core.dma.start_latency_ns, spec.host.link_bytes_per_s
+    host = ranks_host_time(spec, [1 << 20, 4], [2048], ranks=24, ranks_per_chip=2)
+    assert host.input_bytes == 24 * ((1 << 20) + 4)
+    assert host.output_bytes == 24 * 2048
+    assert host.input_copy_ns == pytest.approx(2 * (2 * start + ((1 << 20) + 4) / rate * 1e9))
+    assert host.output_copy_ns == pytest.approx(2 * (start + 2048 / rate * 1e9))
+    # one rank a chip: each link carries one rank's copies
+    alone = ranks_host_time(spec, [1 << 20, 4], [2048], ranks=12, ranks_per_chip=1)
+    assert alone.input_copy_ns == pytest.approx(host.input_copy_ns / 2)
+
+
+def test_more_ranks_a_chip_than_ranks_is_a_named_error():
+    with pytest.raises(InvalidArgumentError, match="3 a chip"):
+        ranks_host_time(hardware.instance("inf2.48xlarge"), [4], [4], ranks=2, ranks_per_chip=3)

@@ -35,6 +35,12 @@ PCIE_LANE_BYTES_PER_S: dict[int, float] = {
 # execution through the PyTorch framework and the runtime, paid before the device starts.
 FRAMEWORK_DISPATCH_NS = 200_000.0
 
+# transformers-neuronx (aws-neuron/transformers-neuronx, 0.10 of Neuron SDK 2.18, the stack of
+# the published generation rows; layers/transformer.py `inputs`): a decoder graph's position
+# inputs, cache_ids [tokens], start_ids [batch] and last_token_id (a scalar), are s32
+# parameters, copied to every rank each call beside the hidden state.
+FRAMEWORK_INDEX_BYTES = 4
+
 
 @dataclass(frozen=True, kw_only=True)
 class HostSpec(Spec):

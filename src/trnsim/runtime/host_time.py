@@ -11,11 +11,12 @@ chip's PCIe host link: each starts after the DMA start latency (the core's
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from trnsim.errors import TrnsimError
+from trnsim.errors import InvalidArgumentError, TrnsimError
 from trnsim.numerics import dtype as as_dtype
 
 
@@ -52,19 +53,37 @@ def tensor_bytes(spec) -> int:
     return math.prod(spec.shape) * itemsize
 
 
+def link_copies_ns(instance, sizes: Sequence[int]) -> float:
+    """Copies of `sizes` bytes one after another over one chip's host link of `instance`: each
+    after the DMA start latency, at the link's one-way rate."""
+    start = instance.chip.core.dma.start_latency_ns
+    return sum(start + size / instance.host.link_bytes_per_s * 1e9 for size in sizes)
+
+
 def host_time(instance, inputs, outputs) -> HostTime | None:
     """The host's share of one call of a model with `inputs` and `outputs` (`TensorSpec`s) on
     `instance` (`hardware.InstanceSpec`); None where the instance names no host."""
-    host = instance.host
-    if host is None:
+    if instance.host is None:
         return None
-    start = instance.chip.core.dma.start_latency_ns
+    ins = [tensor_bytes(spec) for spec in inputs]
+    outs = [tensor_bytes(spec) for spec in outputs]
+    return HostTime(instance.host.link_name, instance.host.dispatch_ns, sum(ins), sum(outs),
+                    link_copies_ns(instance, ins), link_copies_ns(instance, outs))
 
-    def copies(specs) -> tuple[int, float]:
-        sizes = [tensor_bytes(spec) for spec in specs]
-        return sum(sizes), sum(start + size / host.link_bytes_per_s * 1e9 for size in sizes)
 
-    input_bytes, input_ns = copies(inputs)
-    output_bytes, output_ns = copies(outputs)
-    return HostTime(host.link_name, host.dispatch_ns, input_bytes, output_bytes, input_ns,
-                    output_ns)
+def ranks_host_time(instance, inputs: Sequence[int], outputs: Sequence[int], *, ranks: int,
+                    ranks_per_chip: int) -> HostTime | None:
+    """The host's share of one call of a graph run on `ranks` NeuronCores, each receiving copies
+    of `inputs` bytes and sending back `outputs` bytes (as a per-rank executor does: one host
+    thread per rank, each copying its own rank's tensors). The `ranks_per_chip` ranks of a chip
+    share its host link, their copies one after another; the chips' links run side by side.
+    Bytes are the totals over every rank; None where the instance names no host."""
+    if instance.host is None:
+        return None
+    if ranks < 1 or not 1 <= ranks_per_chip <= ranks:
+        raise InvalidArgumentError(f"{ranks} ranks, {ranks_per_chip} a chip: need 1 <= ranks a "
+                                   f"chip <= ranks")
+    return HostTime(instance.host.link_name, instance.host.dispatch_ns,
+                    ranks * sum(inputs), ranks * sum(outputs),
+                    link_copies_ns(instance, list(inputs) * ranks_per_chip),
+                    link_copies_ns(instance, list(outputs) * ranks_per_chip))

@@ -44,7 +44,6 @@ def test_step_times_are_cached_on_disk_and_composition_tracks_the_whole_model(tm
 
 def test_a_step_is_one_framework_call_whose_kv_cache_stays_on_the_device(tmp_path, monkeypatch):
     from trnsim.compiler.decode_step import decode_step
-    from trnsim.hardware.host import FRAMEWORK_DISPATCH_NS
     from trnsim.perf.serving.steps import host_ms
     from trnsim.runtime import trace
 
@@ -53,18 +52,17 @@ def test_a_step_is_one_framework_call_whose_kv_cache_stays_on_the_device(tmp_pat
     module, kwargs = decode_step(model, batch=1, context=255)
     compiled = trace(module, (), kwargs=kwargs, instance="inf2.xlarge")
     report = compiled.report()
+    deployment = Deployment("inf2.xlarge")
+    served = host_ms(CONFIG, deployment, "decode", 1, 256)
+    # a decode call moves the same bytes at any KV length: the cache stays on the device
+    assert host_ms(CONFIG, deployment, "decode", 1, 512) == served
+    # a framework call of the same graph that copied every input, the cache too, takes longer
     spec = hardware.instance("inf2.xlarge")
-    link, start = spec.host.link_bytes_per_s, spec.chip.core.dma.start_latency_ns / 1e6
-    ids = kwargs["input_ids"].numel() * 4  # int64 ids as the program takes them: int32
-    logits = CONFIG["vocab_size"] * 4  # fp32 logits of the one new position
-    expected = FRAMEWORK_DISPATCH_NS / 1e6 + 2 * start + (ids + logits) / link * 1e3
-    assert host_ms(compiled) == pytest.approx(expected, rel=0.05)
-    # the framework call copies every input; the served step leaves the KV cache where it is
     cache_bytes = sum(t.numel() * t.element_size() for t in kwargs["past_keys"]) * 2
-    assert report.end_to_end_ms - report.latency_ms - host_ms(compiled) == pytest.approx(
-        cache_bytes / link * 1e3 + 2 * len(kwargs["past_keys"]) * start, rel=0.05)
-    step = StepTimer("tiny", causal_lm_builder(CONFIG), CONFIG, Deployment("inf2.xlarge"))
-    assert step.decode_ms(1, 256) == pytest.approx(report.latency_ms + host_ms(compiled))
+    assert report.end_to_end_ms - report.latency_ms > served + cache_bytes / \
+        spec.host.link_bytes_per_s * 1e3 * 0.9
+    step = StepTimer("tiny", causal_lm_builder(CONFIG), CONFIG, deployment)
+    assert step.decode_ms(1, 256) == pytest.approx(report.latency_ms + served)
 
 
 class Steps:

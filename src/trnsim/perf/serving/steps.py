@@ -10,10 +10,10 @@ simulator measured, never a fitted curve, and a warm cache answers without compi
 
 A step is one call of the compiled graph from the host, as the published generation runs made
 it (transformers-neuronx calls the context-encoding graph once, then the token-generation graph
-once per token): its time is the device's plus the host's share of one framework call
-(`trnsim.runtime.host_time`: dispatch, the token ids copied in, the logits copied out), the
-end-to-end latency trnsim's model reports give. The KV cache is device state
-(`trnsim.compiler.decode_step.CACHE_INPUTS`): nothing of it crosses PCIe.
+once per token): its time is the device's plus the host's share of one framework call as
+transformers-neuronx makes it (`host_io`: dispatch, the hidden state embedded on the host and
+copied to every rank with the position ids, each rank's logits shard copied back). The KV
+cache is device state (`trnsim.compiler.decode_step.CACHE_INPUTS`): nothing of it crosses PCIe.
 
 Everything here that knows how trnsim compiles (trace's arguments, decode_step, where the cache
 lives) stays in this module, so a change of the compile joint is absorbed here.
@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from trnsim import hardware
 from trnsim.errors import InvalidArgumentError
 
-STEP_CACHE_VERSION = 2  # 2: a step's time includes the host's share of the call
+STEP_CACHE_VERSION = 3  # 2: a step's time includes the host's share of the call; 3: as
+# transformers-neuronx makes the call (host_io)
 
 
 class StepCosts(Protocol):
@@ -201,7 +202,8 @@ class StepTimer:
         start = time.perf_counter()
         model = self.model if layers is None else _with_layers(self._config, layers)
         compiled = compile_step(model, self._config, self.deployment, phase, batch, size)
-        latency = float(compiled.report().latency_ms) + host_ms(compiled)
+        latency = float(compiled.report().latency_ms) + host_ms(self._config, self.deployment,
+                                                                phase, batch, size)
         self.compiles += 1
         self.compile_seconds += time.perf_counter() - start
         return latency
@@ -253,16 +255,12 @@ def compile_step(model: Any, config: dict, deployment: Deployment, phase: str, b
     return trace(module, (), kwargs=kwargs, **deployment.compile_options())
 
 
-def host_ms(compiled: Any) -> float:
-    """The host's share of one call of a compiled step (ms): framework dispatch and the PCIe
-    copies of its inputs and outputs, except the KV cache the device keeps (0 where the
-    instance names no host)."""
-    from trnsim.compiler.decode_step import CACHE_INPUTS
-    from trnsim.runtime.host_time import host_time
+def host_ms(config: dict, deployment: Deployment, phase: str, batch: int, size: int) -> float:
+    """The host's share of one call of a step (ms): framework dispatch and the PCIe copies
+    transformers-neuronx makes (`host_io`; 0 where the instance names no host)."""
+    from trnsim.perf.serving.host_io import step_host_time
 
-    sent = [spec for spec in compiled.inputs
-            if not any(spec.name.startswith(f"{name}_") for name in CACHE_INPUTS)]
-    host = host_time(compiled.instance_spec, sent, compiled.outputs)
+    host = step_host_time(config, deployment, phase, batch, size)
     return 0.0 if host is None else host.total_ns / 1e6
 
 
