@@ -60,10 +60,13 @@ KNOBS = (
          "96 KiB per partition (ASSUMPTION: NC-v1 SRAM undocumented; half of NC-v2)",
          "192 KiB: NeuronCore-v2's, the nearest documented figure",
          core=1, core_changes={"sbuf_bytes_per_partition": 192 * 1024}),
-    Knob("v1_vector_scalar", "hardware.cores.NC_V1.vector/scalar clock_hz",
-         "NC-v2 rates / 10 and / 3 (ASSUMPTION from nc-v2's 'x10' and 'x3' claims)",
-         "NeuronCore-v2's VectorE and ScalarE rates",
-         core=1, core_changes={"vector": {"clock_hz": 1.12e9}, "scalar": {"clock_hz": 1.4e9}}),
+    Knob("v1_vector_scalar", "hardware.cores.NC_V1.vector/scalar clock_hz and "
+         "elements_per_lane_per_cycle",
+         "NC-v2 rates / 10 and / 3 (nc-v2's 'x10' and 'x3' claims), clocks from nc-v1's 256 and "
+         "512 FLOP per cycle (ASSUMPTION: 128 lanes)",
+         "NeuronCore-v2's VectorE and ScalarE",
+         core=1, core_changes={"vector": {"clock_hz": 1.12e9, "elements_per_lane_per_cycle": 1.0},
+                               "scalar": {"clock_hz": 1.4e9, "elements_per_lane_per_cycle": 1.0}}),
     Knob("collective_bandwidth", "hardware.fabric.FabricSpec.collective_bytes_per_s_per_core",
          "calibrated: 1 GiB / (18,930 us - 58 us) from nccom-allreduce-2r-1GiB",
          "the core's whole DMA bandwidth (16 x 17 GB/s), uncalibrated",

@@ -53,6 +53,19 @@ def test_v1_assumptions_are_named():
     assert v1.tensor.source_of("clock_hz").startswith(ASSUMPTION)
 
 
+def test_v1_streaming_engines_from_documented_rates_and_flop_per_cycle():
+    """nc-v2: VectorE 2.3 TFLOPS is 10x, ScalarE 2.9 TFLOPS 3x NC-v1; nc-v1: 256 and 512 FLOP/cycle."""
+    v1, v2 = hardware.core("v1"), hardware.core("v2")
+    assert v1.vector.elements_per_s == pytest.approx(v2.vector.elements_per_s / 10)
+    assert v1.scalar.elements_per_s == pytest.approx(v2.scalar.elements_per_s / 3)
+    assert v1.vector.clock_hz * 256 == pytest.approx(2.3e12 / 10)
+    assert v1.scalar.clock_hz * 512 == pytest.approx(2.9e12 / 3)
+    # a fixed cycle count (an instruction's static overhead) is shorter than at the old
+    # effective clock (v2's / 10), where all of the slowdown sat in the clock
+    assert v1.vector.clock_hz > 1.12e9 / 10 and v1.scalar.clock_hz > 1.4e9 / 3
+    assert v1.vector.is_assumption("clock_hz") and v1.scalar.is_assumption("clock_hz")
+
+
 def test_unknown_citation_field_is_rejected():
     with pytest.raises(ValueError, match="unknown field"):
         dataclasses.replace(hardware.core("v2"), sources=(("sbuf_size_typo", "x"),))

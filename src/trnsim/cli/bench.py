@@ -21,7 +21,8 @@ def _inf1_assumptions() -> str:
 
     v1 = hardware.core("v1")
     parts = [(v1.tensor, "TensorE clock", "clock_hz"), (v1.tensor, "PE array", "pe_rows"),
-             (v1.vector, "VectorE rate", "clock_hz"), (v1.scalar, "ScalarE rate", "clock_hz"),
+             (v1.vector, "VectorE clock and width", "clock_hz"),
+             (v1.scalar, "ScalarE clock and width", "clock_hz"),
              (v1, "on-chip SBUF size", "sbuf_bytes_per_partition"),
              (v1.dma, "DMA engines", "bytes_per_s_per_engine")]
     named = [label for spec, label, field in parts if spec.is_assumption(field)]

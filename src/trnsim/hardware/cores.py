@@ -182,6 +182,37 @@ _V4_DTYPES = _V2_DTYPES | {"float8_e4m3fn", "float8_e8m0fnu", "float8_e4m3fn_x4"
 _DTYPE_SOURCES = "data-types; ncc-evrf051; nki.language dtype pages (x4 types: nc_matmul_mx, v4)"
 
 # --- presets -------------------------------------------------------------------------------------
+NC_V2_VECTOR = EngineSpec(name="vector", clock_hz=1.12e9, documented_tflops=2.3,
+                          sources=cite(clock_hz="arch-trn1", documented_tflops="nc-v2"))
+NC_V2_SCALAR = EngineSpec(name="scalar", clock_hz=1.4e9, documented_tflops=2.9,
+                          sources=cite(clock_hz="arch-trn1", documented_tflops="nc-v2"))
+NC_V1_VECTOR_FLOP_PER_CYCLE = 256  # nc-v1: "can perform 256 floating point operations per cycle"
+NC_V1_SCALAR_FLOP_PER_CYCLE = 512  # nc-v1: "can process 512 floating point operations per cycle"
+NC_V1_VECTOR_SLOWDOWN = 10.0  # nc-v2: VectorE 2.3 TFLOPS FP32, "10x speedup vs. NeuronCore-v1"
+NC_V1_SCALAR_SLOWDOWN = 3.0  # nc-v2: ScalarE 2.9 TFLOPS FP32, "3x speedup relative to NeuronCore-v1"
+
+
+def _v1_engine(name: str, flop_per_cycle: int, v2: EngineSpec, slowdown: float) -> EngineSpec:
+    """An NC-v1 streaming engine from its documented FLOP per cycle and its NC-v2 speedup.
+
+    Its FLOP/s is v2's documented figure / the speedup; its clock is that / its FLOP per cycle;
+    its elements per lane per cycle are its FLOP per cycle / v2's (v2 streams one element per
+    lane per cycle). The streaming rate equals v2's / the speedup, and the per-instruction cycle
+    counts (MIN_II, static overhead, access set-up) run at the v1 engine's own clock.
+    """
+    flops = v2.documented_tflops * 1e12 / slowdown
+    v2_flop_per_cycle = v2.documented_tflops * 1e12 / v2.clock_hz
+    return EngineSpec(
+        name=name, clock_hz=flops / flop_per_cycle,
+        elements_per_lane_per_cycle=flop_per_cycle / v2_flop_per_cycle,
+        documented_tflops=flops / 1e12,
+        sources=cite(clock_hz=f"{ASSUMPTION}: documented FLOP/s (nc-v2 / its speedup) / documented "
+                              "FLOP per cycle (nc-v1)",
+                     elements_per_lane_per_cycle=f"{ASSUMPTION}: nc-v1 FLOP per cycle / NC-v2's "
+                                                 "(documented TFLOPS / clock); 128 lanes as NC-v2",
+                     documented_tflops="nc-v2 (v2 TFLOPS / speedup over NC-v1)"))
+
+
 _V1_TENSOR_CLOCK_HZ = 16e12 / (2 * 128 * 128)  # derived so 128x128 PEs give the documented 16 TFLOPS
 
 NC_V1 = CoreSpec(
@@ -202,11 +233,11 @@ NC_V1 = CoreSpec(
             documented_dense_tflops="chip-inf1",
         ),
     ),
-    # NC-v2 VectorE is documented as 10x, ScalarE as 3x NC-v1: v1 rates are v2's divided by those.
-    vector=EngineSpec(name="vector", clock_hz=1.12e9 / 10,
-                      sources=cite(clock_hz=f"{ASSUMPTION}: effective rate = NC-v2 / 10 (nc-v2)")),
-    scalar=EngineSpec(name="scalar", clock_hz=1.4e9 / 3,
-                      sources=cite(clock_hz=f"{ASSUMPTION}: effective rate = NC-v2 / 3 (nc-v2)")),
+    # NC-v2 VectorE is documented as 10x, ScalarE as 3x NC-v1 (so v1 rates are v2's divided by
+    # those), and NC-v1 as 256 and 512 FLOP per cycle: the clock is rate / FLOP-per-cycle, and the
+    # elements per lane per cycle the v1 share of v2's FLOP per cycle (see _v1_engine).
+    vector=_v1_engine("vector", NC_V1_VECTOR_FLOP_PER_CYCLE, NC_V2_VECTOR, NC_V1_VECTOR_SLOWDOWN),
+    scalar=_v1_engine("scalar", NC_V1_SCALAR_FLOP_PER_CYCLE, NC_V2_SCALAR, NC_V1_SCALAR_SLOWDOWN),
     gpsimd=None,
     sbuf_bytes_per_partition=96 * 1024,
     sbuf_reserved_bytes_per_partition=0,
@@ -238,10 +269,8 @@ NC_V2 = CoreSpec(
                      fast_load_stationary_divisor="arch-trn1",
                      documented_dense_tflops="nc-v2"),
     ),
-    vector=EngineSpec(name="vector", clock_hz=1.12e9, documented_tflops=2.3,
-                      sources=cite(clock_hz="arch-trn1", documented_tflops="nc-v2")),
-    scalar=EngineSpec(name="scalar", clock_hz=1.4e9, documented_tflops=2.9,
-                      sources=cite(clock_hz="arch-trn1", documented_tflops="nc-v2")),
+    vector=NC_V2_VECTOR,
+    scalar=NC_V2_SCALAR,
     gpsimd=EngineSpec(name="gpsimd", clock_hz=1.4e9,
                       sources=cite(clock_hz="arch-trn1 (8 cores x 512-bit SIMD)")),
     sbuf_bytes_per_partition=192 * 1024,
