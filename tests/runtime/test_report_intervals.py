@@ -1,9 +1,12 @@
-"""The report's interval helpers (how much of a run TensorE and DMA were busy): the union of
-intervals equals a plain merge of sorted intervals exactly, ties and nested intervals included."""
+"""The report's interval helpers (how much of a run TensorE and DMA were busy) and its grouping
+of records by kernel: vectorised, and equal bit for bit to plain loops over the intervals and
+instructions (ties, nested, touching and zero-length intervals included)."""
+
+from types import SimpleNamespace
 
 import numpy as np
 
-from trnsim.runtime.report import _length, _subtract, _union
+from trnsim.runtime.report import _kernel_of_instructions, _length, _subtract, _union
 
 
 def _merged(starts, ends):
@@ -17,18 +20,65 @@ def _merged(starts, ends):
     return [(a, b) for a, b in out]
 
 
+def _walk_subtract(a, b):
+    """`a` minus `b` (lists of sorted disjoint intervals) by a walk over both."""
+    out, j = [], 0
+    for start, end in a:
+        cursor = start
+        while j < len(b) and b[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cursor:
+                out.append((cursor, b[k][0]))
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def _pairs(intervals):
+    return list(zip(intervals[0].tolist(), intervals[1].tolist(), strict=True))
+
+
+def _random(rng, n):
+    starts = np.round(rng.uniform(0, 500, n), int(rng.integers(0, 2)))  # rounding: ties
+    return starts, starts + np.round(rng.exponential(5, n), int(rng.integers(0, 2)))
+
+
 def test_union_is_the_merge_of_sorted_intervals():
     rng = np.random.default_rng(0)
     for _ in range(200):
-        n = int(rng.integers(0, 200))
-        starts = np.round(rng.uniform(0, 500, n), int(rng.integers(0, 2)))  # rounding: ties
-        ends = starts + np.round(rng.exponential(5, n), int(rng.integers(0, 2)))
-        assert _union(starts, ends) == _merged(starts, ends)
-    assert _union(np.zeros(0), np.zeros(0)) == []
+        starts, ends = _random(rng, int(rng.integers(0, 200)))
+        assert _pairs(_union(starts, ends)) == _merged(starts, ends)
+    assert _pairs(_union(np.zeros(0), np.zeros(0))) == []
+
+
+def test_difference_equals_a_walk_over_both_and_lengths_add_in_order():
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        a = _union(*_random(rng, int(rng.integers(0, 80))))
+        b = _union(*_random(rng, int(rng.integers(0, 80))))
+        expected = _walk_subtract(_pairs(a), _pairs(b))
+        assert _pairs(_subtract(a, b)) == expected
+        assert _length(_subtract(a, b)) == sum(e - s for s, e in expected)
 
 
 def test_busy_length_and_difference():
     tensor = _union(np.array([0.0, 1.0, 5.0, 5.5]), np.array([2.0, 3.0, 6.0, 5.7]))
-    assert tensor == [(0.0, 3.0), (5.0, 6.0)] and _length(tensor) == 4.0
+    assert _pairs(tensor) == [(0.0, 3.0), (5.0, 6.0)] and _length(tensor) == 4.0
     dma = _union(np.array([2.0, 7.0]), np.array([5.5, 8.0]))
-    assert _subtract(dma, tensor) == [(3.0, 5.0), (7.0, 8.0)]
+    assert _pairs(_subtract(dma, tensor)) == [(3.0, 5.0), (7.0, 8.0)]
+
+
+def test_kernel_of_each_instruction_is_found_once_a_run():
+    rng = np.random.default_rng(2)
+    labels = [f"k.op:{int(v)}" for v in rng.integers(0, 6, 40) for _ in range(int(rng.integers(1, 4)))]
+    instructions = [SimpleNamespace(label=label, source=f"line {i}") for i, label in enumerate(labels)]
+    codes: dict[str, int] = {}
+    expected = [codes.setdefault(ins.label, len(codes)) for ins in instructions]
+    by_pc, names, sources = _kernel_of_instructions(instructions)
+    assert by_pc.tolist() == expected and names == list(codes)
+    assert sources == {ins.label: ins.source for ins in instructions}
+    assert _kernel_of_instructions([])[1] == []

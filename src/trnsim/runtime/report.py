@@ -15,6 +15,7 @@ Conventions (stated in every report):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter, ne
 
 import numpy as np
 
@@ -98,9 +99,9 @@ def bound_fractions(profile) -> dict[str, float]:
     unique = np.unique(codes)
     tensor_codes = unique[names == "tensor"]
     dma_codes = unique[unique >= DMA_BASE]
-    tensor = _union(profile.start_ns[np.isin(codes, tensor_codes)],
-                    profile.end_ns[np.isin(codes, tensor_codes)])
-    dma = _union(profile.start_ns[np.isin(codes, dma_codes)], profile.end_ns[np.isin(codes, dma_codes)])
+    is_tensor, is_dma = np.isin(codes, tensor_codes), np.isin(codes, dma_codes)
+    tensor = _union(profile.start_ns[is_tensor], profile.end_ns[is_tensor])
+    dma = _union(profile.start_ns[is_dma], profile.end_ns[is_dma])
     tensor_ns = _length(tensor)
     dma_only = _length(_subtract(dma, tensor))
     return {"tensor": tensor_ns / total, "dma": dma_only / total,
@@ -115,34 +116,58 @@ def kernel_times(profile) -> list[KernelTime]:
 
     program = profile.program
     pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
-    codes: dict[str, int] = {}
-    by_pc = np.array([codes.setdefault(ins.label, len(codes)) for ins in program.instructions],
-                     dtype=np.int64)
-    names = list(codes)
-    sources = {ins.label: ins.source for ins in program.instructions}
+    by_pc, names, sources = _kernel_of_instructions(program.instructions)
     kernel = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
     count = len(names)
     is_tensor = np.isin(profile.stream, [c for c in np.unique(profile.stream)
                                          if engine_name(int(c)) == "tensor"])
     is_dma = profile.stream >= DMA_BASE
-    first = np.full(count, len(kernel), dtype=np.int64)
-    np.minimum.at(first, kernel, np.arange(len(kernel)))
-    start = np.full(count, np.inf)
-    np.minimum.at(start, kernel, profile.start_ns)
-    end = np.full(count, -np.inf)
-    np.maximum.at(end, kernel, profile.done_ns)
     busy = np.bincount(kernel[is_tensor], weights=(profile.end_ns - profile.start_ns)[is_tensor],
                        minlength=count)
-    dma_bytes = np.zeros(count, dtype=np.int64)
-    np.add.at(dma_bytes, kernel[is_dma], np.asarray(profile.nbytes, dtype=np.int64)[is_dma])
-    flops = np.zeros(count, dtype=np.int64)
-    np.add.at(flops, kernel, np.asarray(profile.flops, dtype=np.int64))
+    # per kernel: each run of records of one kernel reduced at once, then the (few) runs of a
+    # kernel combined; min, max and integer sums are exact in any order, so these equal an
+    # element-by-element `np.minimum.at` / `np.add.at` over the records
     instructions = np.bincount(kernel, minlength=count)
+    first = np.full(count, len(kernel), dtype=np.int64)
+    start = np.full(count, np.inf)
+    end = np.full(count, -np.inf)
+    dma_bytes = np.zeros(count, dtype=np.int64)
+    flops = np.zeros(count, dtype=np.int64)
+    if len(kernel):
+        heads = np.flatnonzero(np.concatenate([[True], kernel[1:] != kernel[:-1]]))
+        runs = kernel[heads]
+        np.minimum.at(first, runs, heads)
+        np.minimum.at(start, runs, np.minimum.reduceat(profile.start_ns, heads))
+        np.maximum.at(end, runs, np.maximum.reduceat(profile.done_ns, heads))
+        moved = np.where(is_dma, np.asarray(profile.nbytes, dtype=np.int64), 0)
+        np.add.at(dma_bytes, runs, np.add.reduceat(moved, heads))
+        np.add.at(flops, runs, np.add.reduceat(np.asarray(profile.flops, dtype=np.int64), heads))
     ran = [k for k in np.argsort(first, kind="stable") if instructions[k]]
     return [KernelTime(label=names[k], op=names[k].split(":")[0], source=sources.get(names[k]),
                        instructions=int(instructions[k]), start_ns=float(start[k]),
                        end_ns=float(end[k]), tensor_busy_ns=float(busy[k]),
                        dma_bytes=int(dma_bytes[k]), flops=int(flops[k])) for k in ran]
+
+
+def _kernel_of_instructions(instructions) -> tuple[np.ndarray, list[str], dict]:
+    """(each instruction's kernel number, kernel labels in order of first appearance, each
+    label's source as its last instruction names it). A kernel's instructions come in runs of
+    one label, so labels are looked up once a run, not once an instruction (a 7B prefill runs
+    5.5M instructions in about 600 kernel calls)."""
+    labels = list(map(attrgetter("label"), instructions))
+    if not labels:
+        return np.zeros(0, np.int64), [], {}
+    changed = np.fromiter(map(ne, labels[1:], labels[:-1]), dtype=bool, count=len(labels) - 1)
+    heads = np.concatenate([[0], np.flatnonzero(changed) + 1])
+    tails = np.append(heads[1:], len(labels))
+    codes: dict[str, int] = {}
+    sources: dict = {}
+    run_codes = np.empty(len(heads), dtype=np.int64)
+    for run, (head, tail) in enumerate(zip(heads.tolist(), tails.tolist(), strict=True)):
+        label = labels[head]
+        run_codes[run] = codes.setdefault(label, len(codes))
+        sources[label] = instructions[tail - 1].source
+    return np.repeat(run_codes, tails - heads), list(codes), sources
 
 
 def by_op(kernels: list[KernelTime]) -> dict[str, dict]:
@@ -259,30 +284,33 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
     return report
 
 
-# --- interval helpers --------------------------------------------------------------------------
-def _union(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+# --- interval helpers (sorted disjoint intervals as (starts, ends) arrays) --------------------
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from trnsim.sim.profile import merged_intervals  # only when a report is built
 
-    segment_start, segment_end = merged_intervals(starts, ends)
-    return list(zip(segment_start.tolist(), segment_end.tolist(), strict=True))
+    return merged_intervals(starts, ends)
 
 
-def _length(intervals) -> float:
-    return sum(b - a for a, b in intervals)
+def _length(intervals: tuple[np.ndarray, np.ndarray]) -> float:
+    """Their total length, added one after another (Python's `sum`, as before vectorising)."""
+    starts, ends = intervals
+    return sum((ends - starts).tolist())
 
 
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out, j = [], 0
-    for start, end in a:
-        cursor = start
-        while j < len(b) and b[j][1] <= cursor:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cursor:
-                out.append((cursor, b[k][0]))
-            cursor = max(cursor, b[k][1])
-            k += 1
-        if cursor < end:
-            out.append((cursor, end))
-    return out
+def _subtract(a: tuple[np.ndarray, np.ndarray],
+              b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of `a` outside `b`, in order: each interval of `a` cut by the gaps between
+    `b`'s intervals (every end point is one of theirs: no arithmetic, so exact)."""
+    a_start, a_end = a
+    gap_start = np.concatenate([[-np.inf], b[1]])
+    gap_end = np.concatenate([b[0], [np.inf]])
+    first = np.searchsorted(gap_end, a_start, side="right")  # first gap ending after the start
+    stop = np.searchsorted(gap_start, a_end, side="left")  # gaps starting before the end
+    counts = np.maximum(stop - first, 0)
+    owner = np.repeat(np.arange(len(a_start)), counts)
+    gap = (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+           + np.repeat(first, counts))
+    starts = np.maximum(a_start[owner], gap_start[gap])
+    ends = np.minimum(a_end[owner], gap_end[gap])
+    keep = starts < ends
+    return starts[keep], ends[keep]
