@@ -82,6 +82,9 @@ HARNESS = {  # name: (kernel, inputs, output shape, attributes, stamps something
                     {"transpose_b": True, "bias": _bf16(1100)}, True),
     "attention": (attention, [_bf16(1, 2, 256, 64)] * 3, (1, 2, 256, 64), {"scale": 0.125},
                   False),
+    # eight key tiles: P @ V's K loop (per head, entered again per head and query block)
+    "attention-1k-keys": (attention, [_bf16(1, 2, 1024, 64)] * 3, (1, 2, 1024, 64),
+                          {"scale": 0.125}, True),
     "flash-forward": (flash_attention_packed, [_f32(1, 2, 384, 64)] * 3, (1, 2, 384, 66),
                       {"scale": 0.125, "causal": True}, False),
     "flash-backward": (flash_attention_backward_packed,
@@ -252,3 +255,49 @@ def test_a_bad_mode_is_named(monkeypatch):
     monkeypatch.setenv(stamp.STAMP_ENV, "sometimes")
     with pytest.raises(stamp.TrnsimError, match="TRNSIM_STAMP='sometimes'"):
         trace_kernel(_resident_k, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), "bfloat16")
+
+
+# --- a loop entered again: the earlier run's template ----------------------------------------------
+def _k_run(acc, at, bt, step):
+    """A K loop a kernel enters once per output block (as the matmul kernel's K loops are)."""
+    for k in nl.affine_range(10):
+        t = step(k)
+        acc += nisa.nc_matmul(at[:, t, :], bt[:, t, :])
+
+
+def _reentered(out, a, b, *, steps):
+    _, at, bt = _k_tiles(a, b)
+    for step in steps:
+        acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        _k_run(acc, at, bt, step)
+        nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+
+
+def _trace_reentered(steps, mode, monkeypatch):
+    monkeypatch.setenv(stamp.STAMP_ENV, mode)
+    trace, _, _ = trace_kernel(lambda out, a, b: _reentered(out, a, b, steps=steps),
+                               [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), "bfloat16")
+    return trace
+
+
+def test_a_loop_entered_again_reuses_its_template(monkeypatch, stamped_iterations):
+    """The first run finds its template from three agreeing iterations (after the one starting
+    the accumulation); a later run whose two traced iterations move as that template does is
+    stamped from its third iteration on. Same program and trace state as tracing every one."""
+    steps = [lambda k: k, lambda k: k, lambda k: 9 - k]
+    plain = _trace_reentered(steps, "off", monkeypatch)
+    stamped = _trace_reentered(steps, "on", monkeypatch)
+    _assert_same_programs(stamped.builder.program, plain.builder.program)
+    assert _state(stamped) == _state(plain)
+    # run 1: iterations 0-3 and 9 traced; run 2: 0-2 and 9; run 3's K tiles go down (9 - k
+    # moves the other way): it finds its own template, as run 1
+    assert stamped_iterations[0] == 5 + 6 + 5
+    _trace_reentered(steps, "check", monkeypatch)
+
+
+def test_check_mode_catches_a_wrong_reused_template(monkeypatch):
+    """A later run that moves as the earlier one over its first iterations, then not (the step
+    function branches where the screen does not look): check mode names the iteration."""
+    steps = [lambda k: k, lambda k: k if k <= 2 else k - 1]
+    with pytest.raises(stamp.StampMismatchError, match=r"stamped iteration 3 .*field"):
+        _trace_reentered(steps, "check", monkeypatch)

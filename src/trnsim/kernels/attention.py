@@ -67,6 +67,7 @@ from trnsim.kernels.layout import (
 )
 from trnsim.nki import isa as nisa
 from trnsim.nki import language as nl
+from trnsim.nki.stamp import stamped_range
 from trnsim.nki.tile import Tile
 from trnsim.numerics import dtype as as_dtype
 
@@ -688,10 +689,11 @@ class _Attention:
                                       bank[0:kr, 0:gn, 0:qr])
         acc = psum_tile(self.group, self.dv, zeros=True)
         for g in range(hn):
-            for t, (_, kr) in enumerate(key_tiles):
+            head = 0 if self.v_shared else h0 + g
+            for t in stamped_range(len(key_tiles)):  # (a body without branches: stamped)
+                kr = key_tiles[t][1]
                 acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
-                                                  values[0:kr, 0 if self.v_shared else h0 + g,
-                                                         first_tile + t, :])
+                                                  values[0:kr, head, first_tile + t, :])
         return acc
 
     # --- masks ---------------------------------------------------------------------------------

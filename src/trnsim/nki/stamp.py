@@ -14,6 +14,12 @@ instructions plus multiples of those differences, each checked and recorded as e
 advanced as the body would. The last iteration is traced again, so the loop's Python leaves its
 variables as the plain loop does and a last-iteration difference (a partial K tile) is traced.
 
+A loop the kernel enters again (a matmul's K loop, once per output block) reuses the template of
+its previous run at the same code location (`Trace.stamp_templates`): two traced iterations that
+agree with each other as that template's three did (the same per-instruction differences, calls,
+tile names and tile uses) stamp the rest. It trusts one difference of this run where a first run
+needs two; `TRNSIM_STAMP=check` proves it as it proves a first run's template.
+
 The body's own Python is screened before any stamping (`_screen_code`): no branch (an ``if`` on
 the index could go another way in a stamped iteration), no loop-carried local (read before written
 in the body), no global, closure or attribute store, no mutating container method (``append`` ...),
@@ -92,11 +98,16 @@ def stamped(trace: Trace, values: range, enter: Callable[[int, int], None] | Non
     carried = _screen_code(frame.f_code, frame.f_lasti) if frame is not None else None
     if carried is None:
         mode = "off"
+    site = (frame.f_code, frame.f_lasti) if frame is not None else None
     history: list[_Iteration] = []
     misses, i = 0, 0
     while i < n:
         recording = mode != "off" and misses < MAX_MISSES
-        template = _template(history) if recording and i < n - 1 else None
+        template = None
+        if recording and i < n - 1:
+            template = _template(history) or _reused(trace.stamp_templates.get(site), history)
+            if template is not None:
+                trace.stamp_templates[site] = template
         if template is None and len(history) == 3:
             misses += 1
         if template is not None and mode == "on":
@@ -174,10 +185,7 @@ def _template(history: list[_Iteration]) -> _Template | None:
     if len(history) < 3 or not all(r.valid for r in history):
         return None
     a, b, c = history
-    if not (len(a.instructions) == len(b.instructions) == len(c.instructions)
-            and a.calls == b.calls == c.calls and a.ids == b.ids == c.ids
-            and a.events == b.events == c.events and a.state0 == c.state0
-            and a.locals0 == c.locals0):
+    if not _alike(a, b, c):
         return None
     deltas = []
     for x, y, z in zip(a.instructions, b.instructions, c.instructions, strict=True):
@@ -186,6 +194,32 @@ def _template(history: list[_Iteration]) -> _Template | None:
             return None
         deltas.append(d1)
     return _Template(c, deltas)
+
+
+def _alike(a: _Iteration, b: _Iteration, c: _Iteration) -> bool:
+    """Iterations a and b found the trace and the loop's Python alike, and a, b and c emitted as
+    many instructions with the same calls, tile names and tile-use record."""
+    return (len(a.instructions) == len(b.instructions) == len(c.instructions)
+            and a.calls == b.calls == c.calls and a.ids == b.ids == c.ids
+            and a.events == b.events == c.events and a.state0 == b.state0
+            and a.locals0 == b.locals0)
+
+
+def _reused(earlier: _Template | None, history: list[_Iteration]) -> _Template | None:
+    """The template of an earlier run of the same loop (`earlier`) moved to this run: its last
+    two traced iterations agree with each other as the earlier run's three did, with the same
+    per-instruction differences, calls, tile names and tile-use record (one traced iteration
+    fewer per run of a loop the kernel enters many times, e.g. a matmul's K loop per output
+    block)."""
+    if earlier is None or len(history) < 2:
+        return None
+    a, b = history[-2:]
+    if not (a.valid and b.valid and _alike(a, b, earlier.last)):
+        return None
+    for x, y, want in zip(a.instructions, b.instructions, earlier.deltas, strict=True):
+        if _delta_instruction(x, y) != want:
+            return None
+    return _Template(b, earlier.deltas)
 
 
 def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) -> None:
