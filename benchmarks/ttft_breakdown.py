@@ -51,7 +51,7 @@ def main() -> None:
     from trnsim import hardware
     from trnsim.perf.serving.host_io import step_host_time
     from trnsim.perf.serving.models import resolve_model
-    from trnsim.perf.serving.steps import Deployment, _layer_count
+    from trnsim.perf.serving.steps import Deployment, _layer_count, host_ms
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -66,15 +66,15 @@ def main() -> None:
                             quantize=args.quantize)
     one = prefill_report(source, deployment, 1, args.prompt)
     two = prefill_report(source, deployment, 2, args.prompt)
-    host = step_host_time(source.config, deployment, "prefill", 1, args.prompt)
-    host_ms = 0.0 if host is None else host.total_ns / 1e6
+    host = step_host_time(source.config, deployment, "prefill", 1, args.prompt)  # its parts
     layer_ms = two.latency_ms - one.latency_ms
     layers = _layer_count(source.config)
     segments = layer_segments(two, layer_ms)
     print(json.dumps({
         "model": source.name, "instance": deployment.instance, "tp": args.tp,
         "prompt_bucket": args.prompt, "layers": layers,
-        "ttft_ms": host_ms + one.latency_ms + (layers - 1) * layer_ms,
+        "ttft_ms": host_ms(source.config, deployment, "prefill", 1, args.prompt)
+        + one.latency_ms + (layers - 1) * layer_ms,
         "host": None if host is None else host.to_dict(),
         "fixed_device_us": (one.latency_ms - layer_ms) * 1e3,
         "layer_us": layer_ms * 1e3, "layer_segments_us": segments,

@@ -33,6 +33,7 @@ import math
 from typing import Any
 
 from trnsim import hardware
+from trnsim.errors import InvalidArgumentError
 from trnsim.hardware.host import FRAMEWORK_INDEX_BYTES
 from trnsim.numerics import dtype as as_dtype
 
@@ -46,8 +47,6 @@ def call_bytes(config: dict, dtype: str | None, ranks: int, phase: str, batch: i
     KV positions and moves nothing); `dtype` is the model's (torch name; None: fp32)."""
     hidden = next((int(config[k]) for k in _HIDDEN_KEYS if config.get(k)), None)
     if hidden is None or not config.get("vocab_size"):
-        from trnsim.errors import InvalidArgumentError
-
         raise InvalidArgumentError("the model's config names no hidden_size or vocab_size: the "
                                    "host's copies of a generation step follow from them")
     item = as_dtype(dtype or "float32").itemsize
