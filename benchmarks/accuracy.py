@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from trnsim import hardware
+from trnsim.hardware.cores import NC_V2_SCALAR, NC_V2_VECTOR
 from trnsim.perf.validate import default_csv, mape, read_rows, validate
 
 CALIBRATION_PREFIXES = ("seed-", "neuron-inf2-", "nki-matmul-")
@@ -65,8 +66,10 @@ KNOBS = (
          "NC-v2 rates / 10 and / 3 (nc-v2's 'x10' and 'x3' claims), clocks from nc-v1's 256 and "
          "512 FLOP per cycle (ASSUMPTION: 128 lanes)",
          "NeuronCore-v2's VectorE and ScalarE",
-         core=1, core_changes={"vector": {"clock_hz": 1.12e9, "elements_per_lane_per_cycle": 1.0},
-                               "scalar": {"clock_hz": 1.4e9, "elements_per_lane_per_cycle": 1.0}}),
+         core=1, core_changes={engine.name: {"clock_hz": engine.clock_hz,
+                                             "elements_per_lane_per_cycle":
+                                             engine.elements_per_lane_per_cycle}
+                               for engine in (NC_V2_VECTOR, NC_V2_SCALAR)}),
     Knob("collective_bandwidth", "hardware.fabric.FabricSpec.collective_bytes_per_s_per_core",
          "calibrated: 1 GiB / (18,930 us - 58 us) from nccom-allreduce-2r-1GiB",
          "the core's whole DMA bandwidth (16 x 17 GB/s), uncalibrated",
