@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from trnsim.errors import InvalidArgumentError, UnknownNameError
 
@@ -241,6 +242,18 @@ def read_config(path) -> dict:
         raise InvalidArgumentError(f"model config {str(path)!r} has no 'model_type' (a Hugging "
                                    "Face config.json names its model_type)")
     return {k: v for k, v in fields.items() if not k.startswith("_") or k == "_name_or_path"}
+
+
+def config_field(config: dict, *keys: str, default: Any = None, name: str = "model") -> Any:
+    """The first of `keys` a Hugging Face config sets (not None): families name one field
+    differently (``hidden_size``, GPT-2's ``n_embd``, BART's ``d_model``). Without it and
+    without a `default`, an `InvalidArgumentError` naming the keys."""
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    if default is None:
+        raise InvalidArgumentError(f"model config {name!r} has none of {', '.join(keys)}")
+    return default
 
 
 def config_entry(path: str | Path, name: str | None = None) -> ZooEntry:

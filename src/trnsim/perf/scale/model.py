@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trnsim.errors import InvalidArgumentError, UnknownNameError
+from trnsim.perf.zoo import config_field
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,7 @@ LARGE_MODELS: dict[str, ModelSpec] = {m.name: m for m in (
 def from_config(config: dict, name: str) -> ModelSpec:
     """A transformer's shape from a Hugging Face config dict (Llama, GPT-2, BERT, ViT, ...)."""
     def get(*keys, default=None):
-        for key in keys:
-            if config.get(key) is not None:
-                return config[key]
-        if default is None:
-            raise InvalidArgumentError(f"model config {name!r} has none of {', '.join(keys)}")
-        return default
+        return config_field(config, *keys, default=default, name=name)
 
     kind = str(config.get("model_type", ""))
     hidden = int(get("hidden_size", "n_embd", "d_model"))

@@ -36,8 +36,7 @@ from trnsim import hardware
 from trnsim.errors import InvalidArgumentError
 from trnsim.hardware.host import FRAMEWORK_INDEX_BYTES
 from trnsim.numerics import dtype as as_dtype
-
-_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+from trnsim.perf.zoo import config_field
 
 
 def call_bytes(config: dict, dtype: str | None, ranks: int, phase: str, batch: int,
@@ -45,10 +44,10 @@ def call_bytes(config: dict, dtype: str | None, ranks: int, phase: str, batch: i
     """(input copies, output copies) in bytes that one rank of a `ranks`-way call receives and
     returns: `phase` "prefill" of a `size`-token bucket or "decode" (one token; `size` is the
     KV positions and moves nothing); `dtype` is the model's (torch name; None: fp32)."""
-    hidden = next((int(config[k]) for k in _HIDDEN_KEYS if config.get(k)), None)
-    if hidden is None or not config.get("vocab_size"):
-        raise InvalidArgumentError("the model's config names no hidden_size or vocab_size: the "
-                                   "host's copies of a generation step follow from them")
+    hidden = int(config_field(config, "hidden_size", "n_embd", "d_model"))
+    if not config.get("vocab_size"):
+        raise InvalidArgumentError("the model's config names no vocab_size: the host's copies "
+                                   "of a generation step follow from it")
     item = as_dtype(dtype or "float32").itemsize
     tokens = size if phase == "prefill" else 1
     inputs = [batch * tokens * hidden * item,  # the hidden state, embedded on the host

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trnsim.errors import InvalidArgumentError
+from trnsim.perf.zoo import config_field
 
 
 @dataclass(frozen=True)
@@ -20,12 +21,12 @@ class ModelSource:
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V one token occupies in every layer's cache (bf16)."""
-        c = self.config
-        heads = int(c.get("num_attention_heads") or c.get("n_head"))
-        kv = int(c.get("num_key_value_heads") or heads)
-        hidden = int(c.get("hidden_size") or c.get("n_embd"))
+        c, name = self.config, self.name
+        heads = int(config_field(c, "num_attention_heads", "n_head", name=name))
+        kv = int(config_field(c, "num_key_value_heads", default=heads, name=name))
+        hidden = int(config_field(c, "hidden_size", "n_embd", "d_model", name=name))
         head_dim = int(c.get("head_dim") or hidden // heads)
-        layers = int(c.get("num_hidden_layers") or c.get("n_layer"))
+        layers = int(config_field(c, "num_hidden_layers", "n_layer", name=name))
         return 2 * layers * kv * head_dim * 2
 
     @property
