@@ -35,8 +35,9 @@ def saved(tmp_path_factory):
     torch.manual_seed(0)
     x = torch.randn(2, 16)
     model = Encoder().eval()
-    os.environ.setdefault("TRNSIM_CACHE_DIR", "off")
-    compiled = trnsim.trace(model, (x,), instance="inf2.xlarge")
+    with pytest.MonkeyPatch.context() as patch:  # uncached, and only for this trace
+        patch.setenv("TRNSIM_CACHE_DIR", "off")
+        compiled = trnsim.trace(model, (x,), instance="inf2.xlarge")
     path = compiled.save(tmp_path_factory.mktemp("saved") / "enc.trnsim")
     return Path(path), x, model
 
