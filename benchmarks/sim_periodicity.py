@@ -100,10 +100,9 @@ def shifts(profile, spans: list[tuple[int, int]]) -> list[dict]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq", type=int, default=2048)
-    args = parser.parse_args()
+def prefill_program(seq: int):
+    """(program of core 0, chip) of the Llama-2-7B prefill at `seq` tokens on trn1.2xlarge,
+    traced on an empty compile cache (a temporary $TRNSIM_CACHE_DIR)."""
     import tempfile
 
     import trnsim
@@ -114,11 +113,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TRNSIM_CACHE_DIR"] = cache
         model = build_model("llama-2-7b", initialise=False)
-        traced = trnsim.trace(model, (), kwargs=zoo_model("llama-2-7b").inputs(1, args.seq),
+        traced = trnsim.trace(model, (), kwargs=zoo_model("llama-2-7b").inputs(1, seq),
                               instance="trn1.2xlarge")
         program = traced.plan.program(0)
-        chip = traced.chip or hardware.instance(traced.plan.instance).chip
-        cpu, profile = phases(program, chip)
+        return program, traced.chip or hardware.instance(traced.plan.instance).chip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, default=2048)
+    args = parser.parse_args()
+    program, chip = prefill_program(args.seq)
+    cpu, profile = phases(program, chip)
     spans = layers(program)
     pairs = shifts(profile, spans)
     print(json.dumps({"benchmark": "sim_periodicity", "seq": args.seq,

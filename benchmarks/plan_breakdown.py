@@ -1,0 +1,108 @@
+"""Where planning's time goes on a real program (issue 27), as one JSON object.
+
+`trnsim.sim.plan.planned` was 19.6 CPU s of the Llama-2-7B prefill's (2048 tokens, 5.5M
+instructions) timing simulation (`benchmarks/sim_periodicity.py`), ~3.5 us an instruction though
+~96% of instructions equal one planned before. This splits it, each part a loop over the whole
+program in CPU seconds of this process:
+
+- ``plan_s``: a fresh `Planner.plan_program` with the process-wide facts tables emptied (what a
+  fresh process's first planning pays), and ``new_s``, its share in `Planner._new` (the distinct
+  instructions: facts, HBM bounds, regions, `build_plan`);
+- ``fetch_s``: fetching each instruction's key attributes alone (the class's `attrgetter`): the
+  floor of any look-up done per instruction in Python;
+- ``key_s``: `Planner.key` (the fetch, a method call and the key tuple);
+- ``lookup_s``: `Planner.key` plus the look-up in the filled plan cache (every one a hit): the
+  hashing (`AccessPattern.__hash__` is Python-level) and comparing (an equal pattern that is a
+  separate object compares field by field, in Python) on top of ``key_s``.
+
+Also the counts behind them: instructions, distinct plans, access-pattern objects among the
+instructions' attributes and their distinct values.
+
+Run: PYTHONPATH=src python benchmarks/plan_breakdown.py [--seq 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from sim_periodicity import prefill_program
+
+
+def _cpu(call) -> tuple[object, float]:
+    start = time.process_time()
+    result = call()
+    return result, round(time.process_time() - start, 3)
+
+
+def _fresh_plan(program, core, plan_module) -> tuple[object, float]:
+    """(planner, CPU s inside `Planner._new`) of a first planning in a fresh process."""
+    from trnsim.sim.collector import collector_paused
+
+    plan_module._FACTS.clear()
+    plan_module._PATTERNS.clear()
+    planner = plan_module.Planner(core)
+    original, inside = planner._new, [0.0]
+
+    def timed(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            inside[0] += time.process_time() - start
+
+    planner._new = timed
+    with collector_paused():
+        planner.plan_program(program)
+    return planner, round(inside[0], 3)
+
+
+def _fetch(instructions, planner) -> None:
+    getters = planner._getters
+    for ins in instructions:
+        getters[type(ins)](ins)
+
+
+def _keys(instructions, planner) -> None:
+    key = planner.key
+    for ins in instructions:
+        key(ins)
+
+
+def _lookups(instructions, planner) -> None:
+    key, cache = planner.key, planner._cache
+    for ins in instructions:
+        cache.get(key(ins))
+
+
+def breakdown(program, core) -> dict:
+    from trnsim.isa import AccessPattern
+    from trnsim.sim import plan as plan_module
+
+    instructions = program.instructions
+    out: dict = {"instructions": len(instructions)}
+    (planner, out["new_s"]), out["plan_s"] = _cpu(lambda: _fresh_plan(program, core, plan_module))
+    out["distinct_plans"] = len(planner.distinct)
+    for name, loop in (("fetch_s", _fetch), ("key_s", _keys), ("lookup_s", _lookups)):
+        _, out[name] = _cpu(lambda loop=loop: loop(instructions, planner))
+    patterns = {id(v): v for ins in instructions for v in planner.key(ins)[1]
+                if type(v) is AccessPattern}
+    out["pattern_objects"] = len(patterns)
+    out["pattern_values"] = len(set(patterns.values()))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, default=2048)
+    args = parser.parse_args()
+    program, chip = prefill_program(args.seq)
+    print(json.dumps({"benchmark": "plan_breakdown", "seq": args.seq,
+                      **breakdown(program, chip.core), "load_average": os.getloadavg()},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
