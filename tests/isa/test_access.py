@@ -1,7 +1,10 @@
+import dataclasses
+
 import pytest
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory, ProgramBuilder, TensorCopy, hbm, sbuf
+from trnsim.isa.access import interned
 from trnsim.numerics import dtype
 
 
@@ -35,6 +38,34 @@ def test_hbm_block_of_a_larger_tensor():
 def test_aps_hash_and_compare_by_value():
     assert sbuf(0, 8, (4,), "float32") == sbuf(0, 8, (4,), "float32")
     assert len({sbuf(0, 8, (4,), "float32"), sbuf(0, 8, (4,), "float32")}) == 1
+
+
+def test_equality_is_the_dataclass_fields_and_moves_keep_the_span():
+    ap = AccessPattern(memory=Memory.SBUF, dtype=dtype("bfloat16"), partitions=32,
+                       dims=((64, 4), (1, 16)), offset=512, partition_start=32, tensor="t")
+    ap.byte_span()  # cached, then carried by `moved`
+    for change in ({"memory": Memory.PSUM}, {"dtype": dtype("float16")}, {"partitions": 16},
+                   {"dims": ((64, 4), (1, 8))}, {"offset": 514}, {"partition_start": 0},
+                   {"partition_step": 1}, {"tensor": "u"}):
+        other = dataclasses.replace(ap, **change)
+        assert other != ap and ap != other, change
+    moved = ap.moved(64)
+    fresh = dataclasses.replace(ap, offset=576)
+    assert moved == fresh and hash(moved) == hash(fresh) and moved is not fresh
+    assert moved.byte_span() == fresh.byte_span() == (576, 576 + (64 * 3 + 16) * 2)
+    assert ap != (ap.memory, ap.dtype) and (ap == 1) is False
+
+
+def test_interned_patterns_are_one_object_per_value():
+    patterns: dict = {}
+    fields = (Memory.SBUF, dtype("float32"), 8, ((1, 4),), 16, 0, 0, "t")
+    ap = interned(patterns, fields)
+    assert ap == sbuf(16, 8, (4,), "float32", label="t")
+    assert interned(patterns, fields) is ap
+    assert ap.moved_in(patterns, 16) is ap.moved_in(patterns, 16) == ap.moved(16)
+    assert ap.moved_in(patterns, 16).moved_in(patterns, -16) is ap
+    assert dtype("bfloat16") in {dtype("bfloat16")} and hash(dtype("bfloat16")) != hash(
+        dtype("float32"))
 
 
 def test_builder_allocates_checks_and_verifies():

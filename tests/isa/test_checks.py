@@ -34,6 +34,19 @@ def test_sbuf_overflow_names_bytes_and_capacity():
         TensorCopy(dst=ap, src=sbuf(0, 128, (1024,), "float32")).check(V2)
 
 
+def test_an_operand_checked_on_one_core_is_checked_again_on_another():
+    """Operand checks are remembered per operand, engine and core (`Instruction.check`): one
+    that passed on NC-v2 still fails on NC-v1's smaller SBUF."""
+    ap = sbuf(64 * 1024, 128, (16 * 1024,), "float32")
+    src = sbuf(0, 128, (16 * 1024,), "float32")
+    for _ in range(2):
+        TensorCopy(dst=ap, src=src).check(V2)
+    with pytest.raises(LimitExceededError, match="exceeds limit 98304"):
+        TensorCopy(dst=ap, src=src).check(hardware.core("v1"))
+    with pytest.raises(InvalidArgumentError, match="cannot write sbuf"):
+        MultiplyMoving(dst=ap, moving=src, stationary=src).check(V2)  # another engine
+
+
 def test_psum_overflow():
     ap = psum(15 * 1024, 128, (1024,), "float32")
     with pytest.raises(LimitExceededError, match="exceeds limit 16384"):

@@ -109,6 +109,19 @@ def cycles_to_ns(cycles: float, clock_hz: float) -> float:
     return cycles * 1e9 / clock_hz
 
 
+# (operand, engine, written) -> the core whose operand checks it last passed: an operand's check
+# is a function of these alone (the instruction's name only words its errors), and a kernel's
+# trace names the same operand with the same engine many times (`Instruction.check`)
+_PASSED: dict[tuple[AccessPattern, Engine, bool], CoreSpec] = {}
+_PASSED_LIMIT = 1 << 16  # forgotten past this many: a bound on memory, not on correctness
+
+
+def _passed(key: tuple[AccessPattern, Engine, bool], core: CoreSpec) -> None:
+    if len(_PASSED) >= _PASSED_LIMIT:
+        _PASSED.clear()
+    _PASSED[key] = core
+
+
 # Every opcode, by name: a class that declares OPCODE registers itself when it is defined, so
 # an instruction is added by writing its class in one module (imported by `trnsim.isa`).
 OPCODES: dict[str, type[Instruction]] = {}
@@ -158,10 +171,15 @@ class Instruction:
         if self.engine is Engine.GPSIMD and core.gpsimd is None:
             self.fail(UnsupportedError(f"{self.name}: {core.name} has no GpSimd engine"))
         can_read, can_write = ENGINE_MEMORIES[self.engine]
+        engine = self.engine
         for ap in self.reads():
-            self._check_operand(core, ap, can_read, "read")
+            if _PASSED.get((ap, engine, False)) is not core:
+                self._check_operand(core, ap, can_read, "read")
+                _passed((ap, engine, False), core)
         for ap in self.writes():
-            self._check_operand(core, ap, can_write, "write")
+            if _PASSED.get((ap, engine, True)) is not core:
+                self._check_operand(core, ap, can_write, "write")
+                _passed((ap, engine, True), core)
 
     def flops(self) -> int:
         """Useful floating-point operations (TensorE: 2*M*N*K), for utilisation reports."""

@@ -233,7 +233,7 @@ def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) 
     emit, checked = trace.builder.emit, trace.stamp_checked
     for i in range(start, stop):
         calls0 = trace.calls
-        instructions = _stamped_instructions(template, i - base)
+        instructions = _stamped_instructions(template, i - base, trace.patterns)
         k = 0
         for event in last.events:
             while trace.calls < calls0 + event[1]:
@@ -264,8 +264,10 @@ def _check(instruction, core, checked: set) -> None:
     checked.add(instruction)
 
 
-def _stamped_instructions(template: _Template, m: int) -> list:
-    return [_apply_instruction(ins, delta, m)
+def _stamped_instructions(template: _Template, m: int, patterns: dict) -> list:
+    """Iteration base + m of the template, its moved operands the trace's one pattern of their
+    fields (`AccessPattern.moved_in`: a K loop's stationary operands repeat across its runs)."""
+    return [_apply_instruction(ins, delta, m, patterns)
             for ins, delta in zip(template.last.instructions, template.deltas, strict=True)]
 
 
@@ -284,7 +286,7 @@ def _compare(template: _Template, record: _Iteration, base: int) -> None:
             raise StampMismatchError(f"{where}: {name} traced {got}, stamped {want}")
     if record.events != last.events:
         raise StampMismatchError(f"{where}: tile-use record differs")
-    stamped_ = _stamped_instructions(template, m)
+    stamped_ = _stamped_instructions(template, m, record.trace.patterns)
     for j, (traced, stamp) in enumerate(zip(record.instructions, stamped_, strict=True)):
         if type(traced) is not type(stamp):
             raise StampMismatchError(f"{where}, instruction {j}: traced {traced.name}, stamped "
@@ -338,28 +340,28 @@ def _delta(a, b):
     return None
 
 
-def _apply(value, delta, m: int):
+def _apply(value, delta, m: int, patterns: dict):
     if delta == 0:
         return value
     if type(delta) is int:
         return value + m * delta
     if delta[0] == "ap":
-        return value.moved(m * delta[1])
-    return tuple(_apply(v, d, m) for v, d in zip(value, delta[1], strict=True))
+        return value.moved_in(patterns, m * delta[1])
+    return tuple(_apply(v, d, m, patterns) for v, d in zip(value, delta[1], strict=True))
 
 
-def _apply_instruction(ins, deltas: dict, m: int):
+def _apply_instruction(ins, deltas: dict, m: int, patterns: dict):
     cls = type(ins)
     if cls.__post_init__ is not Instruction.__post_init__:
         fields = {name: getattr(ins, name) for name in _init_fields(cls)}
         for name, delta in deltas.items():
-            fields[name] = _apply(fields[name], delta, m)
+            fields[name] = _apply(fields[name], delta, m, patterns)
         return cls(**fields)
     new = object.__new__(cls)  # (the template's fields, engine already normalised)
     fields = new.__dict__
     fields.update(ins.__dict__)
     for name, delta in deltas.items():
-        fields[name] = _apply(fields[name], delta, m)
+        fields[name] = _apply(fields[name], delta, m, patterns)
     return new
 
 

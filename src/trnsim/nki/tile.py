@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory
+from trnsim.isa.access import interned
 from trnsim.nki.indexing import DynSlice, Grid, IndexExpr, MaskedOut, Predicate
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
@@ -553,9 +554,9 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
         first, rest = axes[0], axes[1:]
         dims = _merge(rest) or ((1, 1),)
         _check_dims(dims, tile)
-        return AccessPattern(memory=Memory.HBM, dtype=dtype, partitions=first.size,
-                             dims=dims, offset=tile._foffset * dtype.itemsize,
-                             partition_step=first.fstep, tensor=storage.name)
+        return interned(tile._trace.patterns, (Memory.HBM, dtype, first.size, dims,
+                                               tile._foffset * dtype.itemsize, 0, first.fstep,
+                                               storage.name))
     partition_axes = [a for a in axes if a.pstep != 0]
     if len(partition_axes) > 1 or (partition_axes and partition_axes[0].pstep != 1):
         raise InvalidArgumentError(f"operand {tile.name or ''} strides over partitions; on-chip "
@@ -573,9 +574,10 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
         free, partitions = axes, 1
     dims = _merge(free) or ((1, 1),)
     _check_dims(dims, tile)
-    return AccessPattern(memory=storage.memory, dtype=dtype, partitions=partitions, dims=dims,
-                         offset=storage.offset + tile._foffset * dtype.itemsize,
-                         partition_start=tile._poffset, tensor=storage.name)
+    return interned(tile._trace.patterns, (storage.memory, dtype, partitions, dims,
+                                           storage.offset + tile._foffset * dtype.itemsize,
+                                           tile._poffset, 0, storage.name))
+
 
 
 def _merge(axes: list[Axis]) -> tuple[tuple[int, int], ...]:

@@ -247,6 +247,7 @@ class Trace:
         self.stamp_log: list | None = None
         self.stamp_checked: set = set()  # stamped instructions that passed `check` (equal ones skip it)
         self.stamp_templates: dict = {}  # a stamped loop's last template (`trnsim.nki.stamp`)
+        self.patterns: dict = {}  # operands by their fields, one object each (`isa.access.interned`)
         self.zero_claims = 0
 
     def enable_spilling(self, uses: list[list[int]]) -> None:
