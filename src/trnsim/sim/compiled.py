@@ -180,11 +180,21 @@ def _segments(lists: np.ndarray, ptr: np.ndarray,
               ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the segments `ptr[id]:ptr[id + 1]` of `lists` for each of `ids`, one after another;
     where each ends)."""
-    lengths = ptr[ids + 1] - ptr[ids]
+    starts = ptr[ids]
+    lengths = ptr[ids + 1] - starts
     ends = np.cumsum(lengths)
     total = int(ends[-1]) if len(ends) else 0
-    # index of each gathered entry: its segment's start plus its place in that segment
-    index = np.repeat(ptr[ids] - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+    if not total:
+        return lists[:0], ends
+    # the index of each gathered entry as a running sum: +1 along a segment, a jump to the next
+    # one's start at its first entry. One array of the (10^7-entry) gather's length, not three:
+    # fresh pages cost more than the arithmetic here.
+    filled = lengths > 0
+    heads, first, size = (ends - lengths)[filled], starts[filled], lengths[filled]
+    index = np.ones(total, np.int64)
+    index[heads[0]] = first[0]
+    index[heads[1:]] = first[1:] - (first[:-1] + size[:-1] - 1)
+    np.cumsum(index, out=index)
     return lists[index], ends
 
 
