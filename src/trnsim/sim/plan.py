@@ -327,7 +327,7 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
         return found.arrays
     with collector_paused():
         columns = PlanArrays(planner.distinct, planner.regions.neighbor_lists())
-    arrays = (columns, np.fromiter(map(attrgetter("uid"), plans), np.int64, len(plans)))
+    arrays = (columns, np.fromiter((p.uid for p in plans), np.int64, len(plans)))
     if found is not None and found.plans is plans:
         found.arrays = arrays
     return arrays
