@@ -93,11 +93,10 @@ def bound_fractions(profile) -> dict[str, float]:
     if total <= 0:
         return {"tensor": 0.0, "dma": 0.0, "other": 0.0}
     from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
-    from trnsim.sim.profile import stream_codes
 
     codes = profile.stream
-    unique = stream_codes(codes)
-    names = np.array([engine_name(int(c)) for c in unique])
+    names = np.array([engine_name(int(c)) for c in np.unique(codes)])
+    unique = np.unique(codes)
     tensor_codes = unique[names == "tensor"]
     dma_codes = unique[unique >= DMA_BASE]
     is_tensor, is_dma = np.isin(codes, tensor_codes), np.isin(codes, dma_codes)
@@ -114,14 +113,13 @@ def kernel_times(profile) -> list[KernelTime]:
     order their first instruction ran. Grouped with numpy: a 7B model's decode step runs about
     two million instructions in 600 kernels."""
     from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
-    from trnsim.sim.profile import stream_codes
 
     program = profile.program
     pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
     by_pc, names, sources = _kernel_of_instructions(program.instructions)
     kernel = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
     count = len(names)
-    is_tensor = np.isin(profile.stream, [c for c in stream_codes(profile.stream)
+    is_tensor = np.isin(profile.stream, [c for c in np.unique(profile.stream)
                                          if engine_name(int(c)) == "tensor"])
     is_dma = profile.stream >= DMA_BASE
     busy = np.bincount(kernel[is_tensor], weights=(profile.end_ns - profile.start_ns)[is_tensor],

@@ -193,24 +193,12 @@ def _cause_name(cause: int) -> str:
     return engine_name(cause) if cause >= 0 else CAUSE_NAMES.get(cause, "unknown")
 
 
-def stream_codes(stream: np.ndarray) -> np.ndarray:
-    """The codes in a profile's `stream` column, ascending (`np.unique(stream)`): counted rather
-    than sorted, as stream codes are small non-negative integers (a 5.5M-record run: one pass
-    instead of a sort)."""
-    if len(stream) and stream.min() < 0:
-        return np.unique(stream)
-    return np.flatnonzero(np.bincount(stream)).astype(stream.dtype)
-
-
 def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals [starts[i], ends[i]) as sorted disjoint (starts, ends)."""
     if len(starts) == 0:
         return np.zeros(0), np.zeros(0)
-    if (starts[1:] >= starts[:-1]).all():  # in order (one stream's): the stable sort keeps it
-        s, e = starts, ends
-    else:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order], ends[order]
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
     reach = np.maximum.accumulate(e)
     opens = np.empty(len(s), dtype=bool)
     opens[0] = True
@@ -251,7 +239,7 @@ def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
 
 def summarise(profile: Profile) -> ProfileSummary:
     total = profile.total_ns
-    codes = stream_codes(profile.stream).tolist()
+    codes = sorted(int(c) for c in np.unique(profile.stream))
     streams = {stream_name(c): _stream_summary(profile, c, total) for c in codes}
     engine_active: dict[str, float] = {}
     for engine in dict.fromkeys(engine_name(c) for c in codes):
