@@ -162,3 +162,15 @@ def test_plan_arrays_gather_each_plans_neighbour_lists_in_order():
                 (plan.code, plan.busy, plan.latency)
             assert arrays.dma_queue[u] == (-1 if plan.dma is None or plan.dma.queue is None
                                            else plan.dma.queue)
+
+
+def test_region_neighbours_are_laid_out_by_uid_whatever_the_mapping_order():
+    # uids out of order, a hole (uid 2) and an empty list: as a per-region Python loop lays them
+    regions = {5: [5, 1], 0: [0], 3: [], 1: [1, 5, 4], 4: [4, 1]}
+    lists, ptr = compiled.region_neighbors(regions)
+    for uid in range(6):
+        assert lists[ptr[uid]:ptr[uid + 1]].tolist() == regions.get(uid, [])
+    assert len(lists) == ptr[-1] == 8
+    # gathered for reads of regions 1, 3 (empty), 5 and 0 by two plans
+    gathered, at = compiled._gather(lists, ptr, np.array([1, 3, 5, 0]), np.array([0, 2, 4]))
+    assert gathered.tolist() == [1, 5, 4, 5, 1, 0] and at.tolist() == [0, 3, 6]

@@ -23,10 +23,13 @@ its plans by `trnsim.sim.plan.planned`), so a repeat run of a program does no pe
 from __future__ import annotations
 
 import os
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, TrnsimError
+from trnsim.sim.collector import collector_paused
 
 LOOP_ENV = "TRNSIM_SIM_LOOP"
 LOOPS = ("auto", "python", "compiled", "check")
@@ -75,15 +78,16 @@ def kernel():
     """The compiled loop, or None without numba (compiled on first use, cached on disk)."""
     global _KERNEL
     if _KERNEL is None:
-        try:
-            import numba
-        except ImportError:
-            _KERNEL = False
-        else:
-            # the loop's helpers are module globals: compile them first, so `_run` calls them
-            for name in ("_bisect_left", "_bisect_right", "_grow"):
-                globals()[name] = numba.njit(cache=True, nogil=True)(globals()[name])
-            _KERNEL = numba.njit(cache=True, nogil=True)(_run)
+        with collector_paused():  # numba's import makes ~10^5 objects (see `run_with_kernel`)
+            try:
+                import numba
+            except ImportError:
+                _KERNEL = False
+            else:
+                # the loop's helpers are module globals: compile them first, so `_run` calls them
+                for name in ("_bisect_left", "_bisect_right", "_grow"):
+                    globals()[name] = numba.njit(cache=True, nogil=True)(globals()[name])
+                _KERNEL = numba.njit(cache=True, nogil=True)(_run)
     return _KERNEL or None
 
 
@@ -109,34 +113,33 @@ class PlanArrays:
 
     A plan's read (write) neighbours are the neighbour lists of its read (written) regions, one
     after another (`Plan.read_neighbors`); they are gathered here from one array of every
-    region's list (`region_neighbors`) rather than plan by plan."""
+    region's list (`region_neighbors`) rather than plan by plan. Every column is read with one
+    C-level pass (`np.fromiter` over `map`/`chain`): a lowered model has ~10^5-10^6 distinct
+    plans, and a Python loop per plan cost seconds."""
 
     def __init__(self, plans, regions=None) -> None:
         n = len(plans)
         self.count = n
-        columns = list(zip(*[(p.code, p.busy, p.latency, p.is_load, p.is_matmul) for p in plans],
-                           strict=True))
-        columns = columns or [()] * 5
-        self.code = np.array(columns[0], np.int64)
-        self.busy = np.array(columns[1], np.float64)
-        self.latency = np.array(columns[2], np.float64)
-        self.is_load = np.array(columns[3], np.bool_)
-        self.is_matmul = np.array(columns[4], np.bool_)
+        self.code = _column(plans, "code", np.int64)
+        self.busy = _column(plans, "busy", np.float64)
+        self.latency = _column(plans, "latency", np.float64)
+        self.is_load = _column(plans, "is_load", np.bool_)
+        self.is_matmul = _column(plans, "is_matmul", np.bool_)
         self.dma_work = np.zeros(n, np.float64)
         self.dma_engines = np.zeros(n, np.float64)
         self.dma_queue = np.full(n, -1, np.int64)
         self.dma_in_place = np.zeros(n, np.bool_)
-        for plan in plans:
-            dma = plan.dma
-            if dma is not None:
-                uid = plan.uid
-                self.dma_work[uid] = dma.work
-                self.dma_engines[uid] = dma.engines
-                self.dma_queue[uid] = -1 if dma.queue is None else dma.queue
-                self.dma_in_place[uid] = dma.in_place
-        self.reads, self.r_ptr = _flat([p.reads for p in plans])
-        self.writes, self.w_ptr = _flat([p.writes for p in plans])
-        self.ports, self.p_ptr = _flat([p.ports for p in plans])
+        movers = [plan for plan in plans if plan.dma is not None]
+        if movers:
+            at = _column(movers, "uid", np.int64)
+            dmas = list(map(attrgetter("dma"), movers))
+            self.dma_work[at] = _column(dmas, "work", np.float64)
+            self.dma_engines[at] = _column(dmas, "engines", np.float64)
+            self.dma_queue[at] = [-1 if dma.queue is None else dma.queue for dma in dmas]
+            self.dma_in_place[at] = _column(dmas, "in_place", np.bool_)
+        self.reads, self.r_ptr = _flat(list(map(attrgetter("reads"), plans)))
+        self.writes, self.w_ptr = _flat(list(map(attrgetter("writes"), plans)))
+        self.ports, self.p_ptr = _flat(list(map(attrgetter("ports"), plans)))
         if regions is None:  # the regions of these plans alone
             regions = {}
             for plan in plans:
@@ -147,43 +150,80 @@ class PlanArrays:
         self.write_nb, self.wn_ptr = _gather(lists, ptr, self.writes, self.w_ptr)
 
 
+def _column(items, name: str, dtype) -> np.ndarray:
+    """Attribute `name` of every item, as an array (one C-level pass)."""
+    return np.fromiter(map(attrgetter(name), items), dtype, len(items))
+
+
 def region_neighbors(regions) -> tuple[np.ndarray, np.ndarray]:
     """(every region's neighbour uids one after another, where each region's start: indexed
     by region uid, one more entry at the end) of a {uid: neighbour uid list} mapping."""
-    size = max(regions, default=-1) + 1
+    keys = np.fromiter(regions.keys(), np.int64, len(regions))
+    flat, ptr = _flat(list(regions.values()))
+    size = int(keys.max()) + 1 if len(keys) else 0
+    if np.array_equal(keys, np.arange(size)):  # every uid once, in order: already laid out
+        return flat, ptr
     counts = np.zeros(size + 1, np.int64)
-    order = sorted(regions)
-    counts[1:][order] = [len(regions[uid]) for uid in order]
-    flat = [uid for key in order for uid in regions[key]]
-    return np.array(flat, np.int64), np.cumsum(counts)
+    counts[1:][keys] = np.diff(ptr)
+    order = np.argsort(keys, kind="stable")
+    return _segments(flat, ptr, order)[0], np.cumsum(counts)
 
 
 def _flat(rows: list) -> tuple[np.ndarray, np.ndarray]:
     """(the rows one after another, each row's start and one more at the end)."""
     ptr = np.zeros(len(rows) + 1, np.int64)
-    ptr[1:] = np.cumsum([len(row) for row in rows])
-    return np.array([v for row in rows for v in row], np.int64), ptr
+    ptr[1:] = np.cumsum(np.fromiter(map(len, rows), np.int64, len(rows)))
+    return np.fromiter(chain.from_iterable(rows), np.int64, int(ptr[-1])), ptr
+
+
+def _segments(lists: np.ndarray, ptr: np.ndarray,
+              ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the segments `ptr[id]:ptr[id + 1]` of `lists` for each of `ids`, one after another;
+    where each ends)."""
+    starts = ptr[ids]
+    lengths = ptr[ids + 1] - starts
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    if not total:
+        return lists[:0], ends
+    # the index of each gathered entry as a running sum: +1 along a segment, a jump to the next
+    # one's start at its first entry. One array of the (10^7-entry) gather's length, not three:
+    # fresh pages cost more than the arithmetic here.
+    filled = lengths > 0
+    heads, first, size = (ends - lengths)[filled], starts[filled], lengths[filled]
+    index = np.ones(total, np.int64)
+    index[heads[0]] = first[0]
+    index[heads[1:]] = first[1:] - (first[:-1] + size[:-1] - 1)
+    np.cumsum(index, out=index)
+    return lists[index], ends
 
 
 def _gather(lists: np.ndarray, ptr: np.ndarray, uids: np.ndarray,
             uid_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The neighbour lists of `uids` one after another, and where each plan's (its `uid_ptr`
     rows of uids) start."""
-    lengths = ptr[uids + 1] - ptr[uids]
-    ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
-    # index of each gathered entry: its region's start plus its place in that region's list
-    index = np.repeat(ptr[uids] - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+    gathered, ends = _segments(lists, ptr, uids)
     out_ptr = np.zeros(len(uid_ptr), np.int64)
     out_ptr[1:] = np.concatenate([[0], ends])[uid_ptr[1:]]
-    return lists[index], out_ptr
+    return gathered, out_ptr
 
 
 def run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray) -> int:
     """Step every instruction (plan uids in program order) on `scheduler` with the compiled loop
     and leave the scheduler as the Python loop would. Returns -1, or the index of the first
     instruction that failed (a MultiplyMoving with no stationary tile loaded: the caller raises
-    the Python loop's error)."""
+    the Python loop's error).
+
+    The first call loads the cached machine code, and with it numba's typing and lowering
+    registries (~10^5 new objects: numba.np, scipy.linalg for its BLAS check). Each cycle
+    collection those allocations trigger walks every object of the process: after a 5.5M-
+    instruction program was planned (12M objects) that was 11 of the first call's 13 CPU s. The
+    call makes no garbage, so the collector waits until it returns."""
+    with collector_paused():
+        return _run_with_kernel(run_kernel, scheduler, arrays, uids)
+
+
+def _run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray) -> int:
     from trnsim.sim.engines import DMA_BASE
 
     dma = scheduler.dma
