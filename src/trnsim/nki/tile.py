@@ -579,7 +579,6 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
                                            tile._poffset, 0, storage.name))
 
 
-
 def _merge(axes: list[Axis]) -> tuple[tuple[int, int], ...]:
     dims: list[tuple[int, int]] = []
     for axis in axes:
