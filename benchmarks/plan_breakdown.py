@@ -7,7 +7,8 @@ program in CPU seconds of this process:
 
 - ``plan_s``: a fresh `Planner.plan_program` with the process-wide facts tables emptied (what a
   fresh process's first planning pays), and ``new_s``, its share in `Planner._new` (the distinct
-  instructions: facts, HBM bounds, regions, `build_plan`);
+  instructions: facts, HBM bounds, regions, `build_plan`); ``plans_copied``, how many plans it
+  took from the spans of replayed kernel calls instead of looking their instructions up;
 - ``fetch_s``: fetching each instruction's key attributes alone (the class's `attrgetter`): the
   floor of any look-up done per instruction in Python;
 - ``key_s``: `Planner.key` (the fetch, a method call and the key tuple);
@@ -85,6 +86,7 @@ def breakdown(program, core) -> dict:
     out: dict = {"instructions": len(instructions)}
     (planner, out["new_s"]), out["plan_s"] = _cpu(lambda: _fresh_plan(program, core, plan_module))
     out["distinct_plans"] = len(planner.distinct)
+    out["plans_copied"] = planner.copied  # from replayed kernel calls' spans (`isa.Repeats`)
     for name, loop in (("fetch_s", _fetch), ("key_s", _keys), ("lookup_s", _lookups)):
         _, out[name] = _cpu(lambda loop=loop: loop(instructions, planner))
     patterns = {id(v): v for ins in instructions for v in planner.key(ins)[1]

@@ -1,11 +1,24 @@
 """Kernel-call replay and the HBM operand index (`trnsim.compiler.lowering.replay`): a replayed
-call equals the template with its HBM tensors renamed, field for field."""
+call equals the template with its HBM tensors renamed, field for field, and is recorded as a
+repeat of it (`isa.Repeats`) that the planner uses."""
 
+import copy
 import dataclasses
+import json
+
+import pytest
 
 from trnsim import hardware
+from trnsim.compiler import run_pipeline
+from trnsim.compiler.lowering import lower
+from trnsim.compiler.lowering.hbm import SLOT_PREFIX
 from trnsim.compiler.lowering.replay import HbmIndex, Template, hbm_slots
-from trnsim.isa import DmaCopy, ProgramBuilder, TensorTensor
+from trnsim.compiler.options import CompileOptions
+from trnsim.isa import CoreBarrier, DmaCopy, ProgramBuilder, Repeats, TensorTensor
+from trnsim.isa.serialize import program_from_data, program_to_data
+from trnsim.sim import simulate
+from trnsim.sim.plan import PLAN_ENV, Planner
+from trnsim.sim.plan_check import compare_plans, compare_repeats
 
 CORE = hardware.core(2)
 
@@ -56,3 +69,76 @@ def test_the_index_gives_live_ranges_and_renames_in_place():
     index.rename(instructions, {"out": "slot0"})
     assert instructions[3].dst.tensor == "slot0" and instructions[3].src is before[3].src
     assert instructions[0] is before[0]  # untouched instructions stay the same objects
+
+
+def _planned_from_repeats(lowered, core) -> None:
+    """Every program of `lowered` records its replays, the planner takes plans from them, and
+    they are the plans looking every instruction up gives (objects, fields, uids)."""
+    for program in lowered.programs:
+        repeats = program.repeats
+        assert repeats is not None and repeats.describes(program) and repeats.spans
+        start, length, source, _ = repeats.spans[0]
+        assert {ins.label for ins in program.instructions[start:start + length]} != \
+            {ins.label for ins in program.instructions[source:source + length]}
+        planner = Planner(core)
+        plans = planner.plan_program(program)
+        assert planner.copied > 0
+        compare_repeats(program, planner, plans)
+        compare_plans(program, core, plans)
+
+
+@pytest.mark.parametrize(("name", "instance", "on_chip"), [("bert", "inf2.xlarge", True),
+                                                           ("gpt2", "trn1.2xlarge", False)])
+def test_replayed_calls_are_recorded_and_planned_from_their_template(zoo, monkeypatch, name,
+                                                                     instance, on_chip):
+    """Each replayed call is recorded as a repeat of its traced call (`isa.Repeats`); after the
+    passes that keep tensors on chip or rename them onto shared HBM slots, the record still
+    holds, and the planner takes the traced call's plans for it, with the timeline of the
+    reference path. (`on_chip` False: nothing kept on chip, so the tiny model's intermediates
+    are renamed onto slots.)"""
+    if not on_chip:
+        monkeypatch.setattr("trnsim.compiler.lowering.keep_on_chip", lambda *a, **k: [])
+    chip = hardware.instance(instance).chip
+    kernels = run_pipeline(zoo.get(name).graph, CompileOptions(instance=instance), verify=False)
+    lowered = lower(kernels, chip.core)
+    program = lowered.program
+    assert any(t.on_chip for t in program.tensors.values()) == on_chip
+    assert any(n.startswith(SLOT_PREFIX) for n in program.tensors) == (not on_chip)
+    _planned_from_repeats(lowered, chip.core)
+    monkeypatch.setenv(PLAN_ENV, "instructions")
+    reference = simulate(copy.deepcopy(program), mode="timing", chip=chip).profile
+    monkeypatch.setenv(PLAN_ENV, "check")
+    profile = simulate(program, mode="timing", chip=chip).profile
+    assert (profile.total_ns, profile.start_ns.tolist(), profile.end_ns.tolist()) == \
+        (reference.total_ns, reference.start_ns.tolist(), reference.end_ns.tolist())
+
+
+def test_each_core_of_a_split_model_records_its_own_replays():
+    """LNC=2: each physical core's program replays its own part of each call (weights large
+    enough to be worth splitting, so core 1 has one), between barriers."""
+    torch = pytest.importorskip("torch")
+    from trnsim.compiler.capture import capture
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(1024, 2048), torch.nn.Linear(2048, 1024)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    graph = capture(torch.nn.Sequential(Block(), Block(), Block()).eval(), (torch.randn(2, 1024),))
+    chip = hardware.instance("trn2.48xlarge").chip
+    options = CompileOptions(instance="trn2.48xlarge", lnc=2)
+    lowered = lower(run_pipeline(graph, options, verify=False), chip.core, lnc=2)
+    assert all(any(isinstance(i, CoreBarrier) for i in p.instructions) for p in lowered.programs)
+    _planned_from_repeats(lowered, chip.core)
+
+
+def test_a_saved_program_drops_the_record():
+    program = ProgramBuilder("call", CORE).build()
+    program.instructions = _call() * 2
+    program.repeats = Repeats(program.instructions, [(4, 4, 0, (0, 1, 3))])
+    again = program_from_data(json.loads(json.dumps(program_to_data(program))))
+    assert again.instructions == program.instructions and again.repeats is None

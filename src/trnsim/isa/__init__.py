@@ -39,7 +39,7 @@ from trnsim.isa.instruction import (
 )
 from trnsim.isa.mx import LoadStationaryMx, MultiplyMovingMx, QuantizeMx
 from trnsim.isa.ops import ACTIVATIONS, ALU_OPS, AluOp, activation_function, alu_op
-from trnsim.isa.program import OnChipAllocator, Program, ProgramBuilder, TensorDecl
+from trnsim.isa.program import OnChipAllocator, Program, ProgramBuilder, Repeats, TensorDecl
 from trnsim.isa.scalar_engine import Activate2, Activation
 from trnsim.isa.sync import CollectiveOp, CoreBarrier, SendRecv
 from trnsim.isa.tensor_engine import LoadStationary, MultiplyMoving, TensorTranspose
@@ -132,6 +132,7 @@ __all__ = [
     "RegisterMove",
     "RegisterOffset",
     "RegisterStore",
+    "Repeats",
     "RngSeed",
     "RngState",
     "ScalarTensorTensor",

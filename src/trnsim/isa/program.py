@@ -75,6 +75,43 @@ class TensorDecl:
                              tensor=self.name)
 
 
+class Repeats:
+    """Where a program repeats itself: spans whose instructions equal an earlier span's, field
+    for field (``source`` and ``label`` aside), except at a few known offsets.
+
+    The lowering records one span per replayed kernel call (`trnsim.compiler.lowering.replay`):
+    ``(start, length, source, varying)`` says instructions ``start + o`` equal ``source + o`` for
+    every ``o`` in ``range(length)`` but those in ``varying`` (ascending: the call's HBM-touching offsets,
+    whose tensors a replay renames). The planner then copies those plans instead of looking each
+    instruction up (`trnsim.sim.plan.Planner.plan_program`).
+
+    The record describes one instruction list, held here: `describes` is false for any other
+    list (a program copied with new instructions) or a list whose length changed. Code that
+    replaces an instruction in place must keep the record true (renaming HBM operands does:
+    only ``varying`` offsets touch HBM) or set ``program.repeats = None``."""
+
+    __slots__ = ("instructions", "length", "spans")
+
+    def __init__(self, instructions: list, spans: list[tuple[int, int, int, tuple[int, ...]]]
+                 ) -> None:
+        spans = sorted(spans)
+        end = 0
+        for start, length, source, varying in spans:
+            if not (source >= 0 and source + length <= start and end <= start
+                    and start + length <= len(instructions)
+                    and (not varying or (varying[0] >= 0 and varying[-1] < length))):
+                raise InvalidArgumentError(f"repeat span (start {start}, length {length}, "
+                                           f"source {source}) does not fit its program's "
+                                           f"{len(instructions)} instructions in order")
+            end = start + length
+        self.instructions = instructions
+        self.length = len(instructions)
+        self.spans = spans
+
+    def describes(self, program: Program) -> bool:
+        return program.instructions is self.instructions and len(self.instructions) == self.length
+
+
 @dataclass
 class Program:
     name: str
@@ -89,6 +126,10 @@ class Program:
     # The compiler's lowering does not check at emission: its programs are checked when planned.
     # HBM bounds are still checked when the program runs.
     checked: bool = False
+    # Spans of instructions equal to earlier ones (`Repeats`), recorded by the compiler's
+    # lowering for the planner; None when unknown (programs written otherwise, loaded from an
+    # artifact, or rewritten by code that could not keep the record true).
+    repeats: Repeats | None = field(default=None, compare=False, repr=False)
 
     @property
     def inputs(self) -> list[TensorDecl]:

@@ -3,6 +3,9 @@
 Instructions are frozen dataclasses of plain values, access patterns, dtypes and engines, so a
 program round-trips through a small tagged encoding. Constant tensor data is not encoded here:
 the artifact stores it separately (safetensors) and `program_from_data` takes it back by name.
+A program's `Repeats` record is not saved: a loaded program is planned instruction by
+instruction (a record read from a file that no longer matches its instructions would plan them
+wrongly, silently).
 """
 
 from __future__ import annotations

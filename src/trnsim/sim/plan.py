@@ -20,13 +20,20 @@ at its own addresses) are ~100 patterns, so `cost` runs once per pattern, and on
 on addresses is found per distinct instruction: `check` (its facts are then also kept under the
 instruction's key, so an equal instruction in another program skips check and pattern with one
 look-up), regions, HBM bounds, the HBM traffic of on-chip tensors and in-place hand-offs.
+A lowered model repeats itself (its layers' kernel calls are replays of the first: `isa.Repeats`,
+recorded by the lowering): a replayed span takes the first call's plans by list slicing and looks
+up only its HBM-touching instructions, so planning costs per distinct call, not per instruction
+(`Planner.plan_program`).
 `TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions`` (facts from each
-distinct instruction itself, the reference) or ``check`` (both, and a `PlanMismatchError` at
-the first plan field that differs by as much as one bit: `trnsim.sim.plan_check`).
+distinct instruction itself, and every instruction looked up: the reference) or ``check``
+(both, a `PlanMismatchError` at the first plan field that differs by as much as one bit, and
+at the first plan taken from a repeat that is not the object its look-up finds:
+`trnsim.sim.plan_check`).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import operator
 import os
@@ -127,7 +134,7 @@ class Planner:
     """Checks and plans a core's instructions; equal instructions share one plan."""
 
     def __init__(self, core, regions: RegionIndex | None = None, ports: PortTable | None = None,
-                 by_pattern: bool = True) -> None:
+                 by_pattern: bool = True, repeats: bool = True) -> None:
         self.core = core
         self.regions = regions if regions is not None else RegionIndex(core)
         self.ports = ports if ports is not None else PortTable(core)
@@ -141,6 +148,12 @@ class Planner:
         # `plan_check` compares with)
         shared = ports is None and by_pattern
         self.by_pattern = by_pattern
+        # take a program's repeated spans' plans from the earlier span (`plan_program`); how
+        # many plans were taken so, and the spans taken so in the last plans made (those plans,
+        # the spans: `plan_uids` copies their uids alike)
+        self.use_repeats = repeats
+        self.copied = 0
+        self.copied_spans: tuple[list[Plan] | None, list] = (None, [])
         self._facts = _FACTS.setdefault(core, {}) if shared else {}
         self._patterns = _PATTERNS.setdefault(core, {}) if shared else {}
         self._on_chip: tuple[Program | None, dict[str, int]] = (None, {})
@@ -152,26 +165,63 @@ class Planner:
         self.has_dynamic = False
 
     def plan_program(self, program: Program) -> list[Plan]:
-        """One plan per instruction, in program order; raises the first legality error."""
+        """One plan per instruction, in program order; raises the first legality error.
+
+        A span the program records as a repeat of an earlier one (`isa.Repeats`, a replayed
+        kernel call) takes the earlier span's plans by slicing, and only its varying
+        (HBM-touching) instructions are looked up: an instruction equal to an earlier one but
+        for its name has its key, so the look-up would return that one's plan (the same object)
+        and plan nothing new; the varying ones, planned in program order, meet every new plan
+        in the order the look-ups would. Instructions planned afresh (unhashable) are not
+        copied: each is planned again, as the look-up path does."""
         # a front end's check counts for the core it checked against (`Program.checked`)
         check = not (program.checked and (program.target is self.core
                                           or program.target == self.core))
+        instructions = program.instructions
+        plans: list[Plan] = []
+        fresh: list[int] = []  # indices planned without a key, in order
+        repeats = program.repeats if self.use_repeats else None
+        spans = repeats.spans if repeats is not None and repeats.describes(program) else ()
+        position = 0
+        copied: list = []
+        with self.regions.deferred():
+            for start, length, source, varying in spans:
+                self._plan_range(program, position, start, check, plans, fresh)
+                first = bisect.bisect_left(fresh, source)
+                if first < len(fresh) and fresh[first] < source + length:
+                    self._plan_range(program, start, start + length, check, plans, fresh)
+                else:
+                    after = 0  # copy the plans between varying offsets, look those up
+                    for offset in varying:
+                        plans += plans[source + after:source + offset]
+                        self._plan_range(program, start + offset, start + offset + 1, check,
+                                         plans, fresh)
+                        after = offset + 1
+                    plans += plans[source + after:source + length]
+                    self.copied += length - len(varying)
+                    copied.append((start, length, source, varying))
+                position = start + length
+            self._plan_range(program, position, len(instructions), check, plans, fresh)
+        self.copied_spans = (plans, copied)
+        return plans
+
+    def _plan_range(self, program: Program, first: int, end: int, check: bool, plans: list[Plan],
+                    fresh: list[int]) -> None:
+        """Append the plans of instructions [first, end), each found by its key."""
         cache = self._cache
         key_of = self.key
-        plans: list[Plan] = []
         append = plans.append
-        with self.regions.deferred():
-            for ins in program.instructions:
-                key = key_of(ins)
-                try:
-                    plan = cache.get(key)
-                except TypeError:  # an unhashable attribute: check and plan it every time
-                    append(self._new(ins, program, check))
-                    continue
-                if plan is None:
-                    plan = cache[key] = self._new(ins, program, check, key)
-                append(plan)
-        return plans
+        for ins in program.instructions[first:end]:
+            key = key_of(ins)
+            try:
+                plan = cache.get(key)
+            except TypeError:  # an unhashable attribute: check and plan it every time
+                fresh.append(len(plans))  # plans holds one per instruction before this one
+                append(self._new(ins, program, check))
+                continue
+            if plan is None:
+                plan = cache[key] = self._new(ins, program, check, key)
+            append(plan)
 
     def plan(self, ins: Instruction, program: Program) -> Plan:
         """The plan of one instruction met at run time (a register-addressed operand resolved):
@@ -302,13 +352,15 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     if found is not None and found.fits(core, program):
         return found.planner, found.plans
     path = plan_path()
-    planner = Planner(core, by_pattern=path != "instructions")
+    reference = path == "instructions"
+    planner = Planner(core, by_pattern=not reference, repeats=not reference)
     with collector_paused():  # see `trnsim.sim.collector`
         plans = planner.plan_program(program)
     planner.forget_program()
     if path == "check":
-        from trnsim.sim.plan_check import compare_plans
+        from trnsim.sim.plan_check import compare_plans, compare_repeats
 
+        compare_repeats(program, planner, plans)
         compare_plans(program, core, plans)
     if not planner.has_dynamic:
         if key not in _PLANNED:
@@ -327,10 +379,27 @@ def compiled_inputs(program: Program, core, planner: Planner, plans: list[Plan])
         return found.arrays
     with collector_paused():
         columns = PlanArrays(planner.distinct, planner.regions.neighbor_lists())
-    arrays = (columns, np.fromiter((p.uid for p in plans), np.int64, len(plans)))
+    arrays = (columns, plan_uids(planner, plans))
     if found is not None and found.plans is plans:
         found.arrays = arrays
     return arrays
+
+
+def plan_uids(planner: Planner, plans: list[Plan]) -> np.ndarray:
+    """The uid of each plan of `plans`; a span whose plans the planner copied from an earlier
+    span (`Planner.plan_program`) copies that span's uids, then takes its varying ones."""
+    owner, spans = planner.copied_spans
+    spans = spans if owner is plans else ()
+    uids = np.empty(len(plans), np.int64)
+    position = 0
+    for start, length, source, varying in (*spans, (len(plans), 0, 0, ())):
+        uids[position:start] = np.fromiter((p.uid for p in plans[position:start]), np.int64,
+                                           start - position)
+        uids[start:start + length] = uids[source:source + length]
+        for offset in varying:
+            uids[start + offset] = plans[start + offset].uid
+        position = start + length
+    return uids
 
 
 def _keep(kept: dict, key: tuple, facts: InstructionFacts) -> None:

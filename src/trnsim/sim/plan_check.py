@@ -1,5 +1,9 @@
 """`TRNSIM_PLAN=check`: a program planned per pattern equals it planned per instruction.
 
+Plans a repeated span took from its source span (`isa.Repeats`) are checked too: each must be
+the object the instruction's own look-up finds (`compare_repeats`), and the reference plans
+every instruction by look-up, so uids (the order plans were made in) must agree as well.
+
 The planner finds an instruction's `InstructionFacts` (cost, transfer, FLOPs, HBM bytes, ports)
 once per pattern (`trnsim.sim.plan.Planner.pattern`: its operands without their addresses) and
 reuses them for every instruction of that pattern. That is exact only if no cost reads an
@@ -31,7 +35,7 @@ class PlanMismatchError(TrnsimError):
 def compare_plans(program: Program, core, plans: list[Plan]) -> None:
     """Plan `program` on `core` per instruction and compare with `plans` (its plans per
     pattern), plan by plan and field by field."""
-    reference = Planner(core, by_pattern=False)
+    reference = Planner(core, by_pattern=False, repeats=False)
     with collector_paused():
         expected = reference.plan_program(program)
     reference.forget_program()
@@ -46,6 +50,31 @@ def compare_plans(program: Program, core, plans: list[Plan]) -> None:
             raise PlanMismatchError(f"{program.name}: instruction {index} ({ins.name}, "
                                     f"{ins.source or 'no source'}) planned per pattern differs "
                                     f"from per instruction in {', '.join(diff)}")
+
+
+def compare_repeats(program: Program, planner: Planner, plans: list[Plan]) -> None:
+    """Every plan `planner` took from a repeated span (`isa.Repeats`) is the very plan its
+    instruction's look-up finds in the planner's cache (entries are never replaced, so the
+    cache after planning answers as it did during it)."""
+    repeats = program.repeats
+    if repeats is None or not repeats.describes(program) or not planner.use_repeats:
+        return
+    cache, instructions = planner._cache, program.instructions
+    for start, length, _, varying in repeats.spans:
+        skip = set(varying)
+        for offset in range(length):
+            index = start + offset
+            if offset in skip:
+                continue
+            try:
+                found = cache.get(planner.key(instructions[index]))
+            except TypeError:  # planned afresh, and so was its span (by look-up)
+                continue
+            if found is not plans[index]:
+                ins = instructions[index]
+                raise PlanMismatchError(f"{program.name}: instruction {index} ({ins.name}, "
+                                        f"{ins.source or 'no source'}) took the plan of a "
+                                        f"repeat, not the plan its look-up finds")
 
 
 def plan_fields(plan: Plan) -> tuple:

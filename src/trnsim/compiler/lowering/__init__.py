@@ -26,7 +26,7 @@ from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.replay import HbmIndex, Template
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError
-from trnsim.isa import CoreBarrier, Memory, Program
+from trnsim.isa import CoreBarrier, Memory, Program, Repeats
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -94,6 +94,10 @@ class _Lowering:
         # how many instructions the calls emitted (all of them, unless something else emitted)
         self.hbm = [HbmIndex() for _ in self.traces]
         self.emitted = [0 for _ in self.traces]
+        # per core: where each template's traced call sits in the program and its HBM-touching
+        # offsets, and the spans its replays fill (`isa.Repeats`, for the planner)
+        self.sources: list[dict[tuple, tuple[int, tuple[int, ...]]]] = [{} for _ in self.traces]
+        self.repeats: list[list[tuple[int, int, int, tuple[int, ...]]]] = [[] for _ in self.traces]
         self.write_through: dict[int, Tile] = {}  # copy-view node id -> buffer its producer filled
 
     def run(self) -> Lowered:
@@ -115,6 +119,10 @@ class _Lowering:
             trace.flush()
         inputs = [self.env[id(n)]._storage.name for n in self.graph.inputs]
         programs = [trace.builder.program for trace in self.traces]
+        # the passes below rename HBM operands only (the spans' varying offsets): the record
+        # stays true
+        for program, spans in zip(programs, self.repeats, strict=True):
+            program.repeats = Repeats(program.instructions, spans) if spans else None
         if len(programs) == 1:
             program = programs[0]
             index = self.hbm[0] if self.emitted[0] == len(program.instructions) else None
@@ -414,6 +422,8 @@ class _Lowering:
         template = templates.get(key)
         if template is not None:
             template.replay(names, label, node.source, program.instructions, self.hbm[core])
+            source, varying = self.sources[core][key]
+            self.repeats[core].append((start, template.length, source, varying))
         else:
             trace.label, trace.source = label, node.source
             try:
@@ -426,6 +436,7 @@ class _Lowering:
                 trace.label = trace.source = None
             template = templates[key] = Template(program.instructions[start:], names)
             self.hbm[core].entries += [(start + i, slots) for i, slots in template.hbm]
+            self.sources[core][key] = (start, tuple(i for i, _ in template.hbm))
         self.emitted[core] += template.length
         return template.flops
 
