@@ -82,3 +82,24 @@ def test_kernel_of_each_instruction_is_found_once_a_run():
     assert by_pc.tolist() == expected and names == list(codes)
     assert sources == {ins.label: ins.source for ins in instructions}
     assert _kernel_of_instructions([])[1] == []
+
+
+def test_bound_fractions_equal_unions_of_masked_records():
+    """`bound_fractions` takes the profile's kept unions of TensorE's and the DMA queues'
+    streams: the same as the union of their records picked out by a mask."""
+    from tests.sim.test_profile_streams import _profile
+    from trnsim.runtime.report import bound_fractions
+    from trnsim.sim.engines import DMA_BASE, engine_name
+
+    rng = np.random.default_rng(4)
+    for trial in range(100):
+        profile = _profile(rng, int(rng.integers(1, 300)), backwards=trial % 4 == 0)
+        is_tensor = np.array([engine_name(int(c)) == "tensor" for c in profile.stream], bool)
+        is_dma = profile.stream >= DMA_BASE
+        tensor = _union(profile.start_ns[is_tensor], profile.end_ns[is_tensor])
+        dma_only = _length(_subtract(_union(profile.start_ns[is_dma], profile.end_ns[is_dma]),
+                                     tensor))
+        total = profile.total_ns
+        assert bound_fractions(profile) == {
+            "tensor": _length(tensor) / total, "dma": dma_only / total,
+            "other": max(0.0, 1.0 - (_length(tensor) + dma_only) / total)}

@@ -15,7 +15,7 @@ Conventions (stated in every report):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from operator import attrgetter, ne
+from operator import attrgetter
 
 import numpy as np
 
@@ -94,14 +94,9 @@ def bound_fractions(profile) -> dict[str, float]:
         return {"tensor": 0.0, "dma": 0.0, "other": 0.0}
     from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
 
-    codes = profile.stream
-    names = np.array([engine_name(int(c)) for c in np.unique(codes)])
-    unique = np.unique(codes)
-    tensor_codes = unique[names == "tensor"]
-    dma_codes = unique[unique >= DMA_BASE]
-    is_tensor, is_dma = np.isin(codes, tensor_codes), np.isin(codes, dma_codes)
-    tensor = _union(profile.start_ns[is_tensor], profile.end_ns[is_tensor])
-    dma = _union(profile.start_ns[is_dma], profile.end_ns[is_dma])
+    codes = list(profile.stream_records)
+    tensor = profile.busy_intervals([c for c in codes if engine_name(c) == "tensor"])
+    dma = profile.busy_intervals([c for c in codes if c >= DMA_BASE])
     tensor_ns = _length(tensor)
     dma_only = _length(_subtract(dma, tensor))
     return {"tensor": tensor_ns / total, "dma": dma_only / total,
@@ -115,9 +110,12 @@ def kernel_times(profile) -> list[KernelTime]:
     from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
 
     program = profile.program
-    pcs = profile.pcs if profile.pcs is not None else np.arange(len(profile))
     by_pc, names, sources = _kernel_of_instructions(program.instructions)
-    kernel = by_pc[np.asarray(pcs, dtype=np.int64)] if len(pcs) else np.zeros(0, np.int64)
+    if profile.pcs is None:  # straight-line: record i ran instruction i
+        kernel = by_pc[:len(profile)]
+    else:
+        pcs = np.asarray(profile.pcs, dtype=np.int64)
+        kernel = by_pc[pcs] if len(pcs) else np.zeros(0, np.int64)
     count = len(names)
     is_tensor = np.isin(profile.stream, [c for c in np.unique(profile.stream)
                                          if engine_name(int(c)) == "tensor"])
@@ -154,10 +152,11 @@ def _kernel_of_instructions(instructions) -> tuple[np.ndarray, list[str], dict]:
     label's source as its last instruction names it). A kernel's instructions come in runs of
     one label, so labels are looked up once a run, not once an instruction (a 7B prefill runs
     5.5M instructions in about 600 kernel calls)."""
-    labels = list(map(attrgetter("label"), instructions))
-    if not labels:
+    if not len(instructions):
         return np.zeros(0, np.int64), [], {}
-    changed = np.fromiter(map(ne, labels[1:], labels[:-1]), dtype=bool, count=len(labels) - 1)
+    labels = np.empty(len(instructions), dtype=object)  # compared by numpy's loop, not a map
+    labels[:] = list(map(attrgetter("label"), instructions))
+    changed = labels[1:] != labels[:-1]
     heads = np.concatenate([[0], np.flatnonzero(changed) + 1])
     tails = np.append(heads[1:], len(labels))
     codes: dict[str, int] = {}

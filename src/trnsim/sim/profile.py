@@ -169,6 +169,41 @@ class Profile:
     def summary(self) -> ProfileSummary:
         return summarise(self)
 
+    @cached_property
+    def stream_records(self) -> dict[int, np.ndarray]:
+        """Each stream's record indices in record order, by stream code (in code order): one
+        stable sort of the codes, not a pass over every record for each of the ~20 streams."""
+        return indices_by_code(self.stream)
+
+    def busy_intervals(self, codes) -> tuple[np.ndarray, np.ndarray]:
+        """The union of the busy intervals [start, end) of the records of streams `codes`, as
+        sorted disjoint (starts, ends), kept for the summary and the report to share. Several
+        streams' union is merged from each stream's: a union of unions has the same segments,
+        end points and all, when no interval ends before it starts."""
+        codes = tuple(c for c in sorted(set(codes)) if c in self.stream_records)
+        if codes not in self._busy:
+            if len(codes) > 1 and self._ordered:
+                parts = [self.busy_intervals((c,)) for c in codes]
+                starts = np.concatenate([part[0] for part in parts])
+                ends = np.concatenate([part[1] for part in parts])
+            else:
+                groups = [self.stream_records[c] for c in codes]
+                index = groups[0] if len(groups) == 1 else np.sort(np.concatenate(
+                    [np.zeros(0, np.int64), *groups]))
+                starts, ends = self.start_ns[index], self.end_ns[index]
+            self._busy[codes] = merged_intervals(starts, ends)
+        return self._busy[codes]
+
+    @cached_property
+    def _busy(self) -> dict:
+        """`busy_intervals` by their stream codes."""
+        return {}
+
+    @cached_property
+    def _ordered(self) -> bool:
+        """No record ends before it starts."""
+        return bool(np.all(self.end_ns >= self.start_ns))
+
     def summary_table(self, width: int = 110) -> str:
         from trnsim.sim.report import summary_table
 
@@ -209,8 +244,13 @@ def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total length of the union of intervals [starts[i], ends[i])."""
-    segment_start, segment_end = merged_intervals(starts, ends)
-    return float(np.sum(segment_end - segment_start))
+    return merged_length(merged_intervals(starts, ends))
+
+
+def merged_length(intervals: tuple[np.ndarray, np.ndarray]) -> float:
+    """Total length of sorted disjoint intervals (`merged_intervals`' result)."""
+    starts, ends = intervals
+    return float(np.sum(ends - starts))
 
 
 def wait_gaps(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -220,17 +260,30 @@ def wait_gaps(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.clip(starts - previous_end, 0.0, None)
 
 
+def indices_by_code(codes: np.ndarray) -> dict[int, np.ndarray]:
+    """`{code: np.flatnonzero(codes == code)}` for each code present, in code order (stream or
+    cause codes: small integers, grouped by one stable radix sort)."""
+    if not len(codes):
+        return {}
+    small = codes.astype(np.int16) if codes.min() >= -2**15 and codes.max() < 2**15 else codes
+    order = np.argsort(small, kind="stable")  # a radix sort for 16-bit integers
+    ordered = codes[order]
+    heads = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    tails = np.append(heads[1:], len(order))
+    return {int(ordered[h]): order[h:t] for h, t in zip(heads.tolist(), tails.tolist(),
+                                                       strict=True)}
+
+
 def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
-    index = np.flatnonzero(profile.stream == code)
+    index = profile.stream_records[code]
     starts, ends = profile.start_ns[index], profile.end_ns[index]
     gaps = wait_gaps(starts, ends)
     waiting: dict[str, float] = defaultdict(float)
-    causes = profile.cause[index]
-    for cause in np.unique(causes):
-        waited = float(gaps[causes == cause].sum())
+    for cause, of_cause in indices_by_code(profile.cause[index]).items():
+        waited = float(gaps[of_cause].sum())  # the same gaps in the same order as a mask's
         if waited > 0:
-            waiting[_cause_name(int(cause))] += waited
-    active = union_length(starts, ends)
+            waiting[_cause_name(cause)] += waited
+    active = merged_length(profile.busy_intervals((code,)))
     return StreamSummary(name=stream_name(code), engine=engine_name(code), instructions=len(index),
                          active_ns=active, utilisation=active / total if total else 0.0,
                          waiting_ns=dict(sorted(waiting.items(), key=lambda kv: -kv[1])),
@@ -239,12 +292,12 @@ def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
 
 def summarise(profile: Profile) -> ProfileSummary:
     total = profile.total_ns
-    codes = sorted(int(c) for c in np.unique(profile.stream))
+    codes = list(profile.stream_records)
     streams = {stream_name(c): _stream_summary(profile, c, total) for c in codes}
     engine_active: dict[str, float] = {}
     for engine in dict.fromkeys(engine_name(c) for c in codes):
-        mask = np.isin(profile.stream, [c for c in codes if engine_name(c) == engine])
-        engine_active[engine] = union_length(profile.start_ns[mask], profile.end_ns[mask])
+        engine_active[engine] = merged_length(profile.busy_intervals(
+            [c for c in codes if engine_name(c) == engine]))
     by_precision = profile.flops_by_precision
     precision = max(by_precision, key=by_precision.get) if by_precision else None
     peak = profile.core.peak_flops(precision) if precision else None
@@ -252,7 +305,7 @@ def summarise(profile: Profile) -> ProfileSummary:
     seconds = total * 1e-9
     dma = profile.stream >= DMA_BASE
     dma_bytes = int(profile.nbytes[dma].sum())
-    dma_active = union_length(profile.start_ns[dma], profile.end_ns[dma])
+    dma_active = merged_length(profile.busy_intervals([c for c in codes if c >= DMA_BASE]))
     hbm_read, hbm_write = int(profile.hbm_read.sum()), int(profile.hbm_write.sum())
     core = profile.core
     return ProfileSummary(
