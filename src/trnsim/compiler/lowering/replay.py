@@ -146,7 +146,8 @@ class Template:
         """Append the template's instructions, relabelled and touching `names`, to `out` (the
         program's instruction list) and their HBM slots to `index`."""
         start = len(out)
-        # C-level loops: the Python-level one cost more than the copies themselves
+        # loops in C over the template: one dict and one object per instruction, no Python
+        # step per instruction (~0.85 us each at 6.8M, mostly allocation)
         dicts = list(map(dict.__or__, self.fields, repeat({"label": label, "source": source})))
         if tuple(names) != self.names:
             _swap_patterns(dicts, self.patterns, self.plan, names)
