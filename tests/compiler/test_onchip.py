@@ -84,3 +84,18 @@ def test_a_partial_program_keeps_only_the_span_it_touches_and_excluded_tensors_s
     assert program.tensors["mine"].on_chip_from == 128 * 1024 * 4
     assert not program.tensors["crossing"].on_chip
     assert program.sbuf_peak_bytes_per_partition == peak + footprint(128 * 1024 * 4, 128)
+
+
+def test_a_program_with_control_flow_keeps_its_tensors_and_buffers():
+    """Live ranges in program order do not hold when a branch goes back: nothing is kept on
+    chip or shared, whether the lowering's index says so or the instructions are looked at."""
+    from trnsim.compiler.lowering.replay import HbmIndex
+    from trnsim.isa import Jump
+
+    for indexed in (False, True):
+        program = _chain([8, 8, 8])
+        program.instructions.append(Jump(target=0))
+        index = HbmIndex.of(program.instructions) if indexed else None
+        assert keep_on_chip(program, CORE, index=index) == []
+        assert reuse_internal_hbm(program, index=index) == {}
+        assert set(program.tensors) == {"t0", "t1", "t2"}

@@ -142,3 +142,36 @@ def test_a_saved_program_drops_the_record():
     program.repeats = Repeats(program.instructions, [(4, 4, 0, (0, 1, 3))])
     again = program_from_data(json.loads(json.dumps(program_to_data(program))))
     assert again.instructions == program.instructions and again.repeats is None
+
+
+def test_a_call_that_keeps_some_tensors_shares_their_patterns_with_the_template():
+    instructions = _call()
+    template = Template(instructions, ["a", "w", "out"])
+    out: list = []
+    template.replay(["a", "w", "out2"], "k:second", None, out, HbmIndex())
+    assert out[0].src is instructions[0].src and out[1].src is instructions[1].src
+    assert out[3].dst.tensor == "out2" and out[3].dst == _renamed(instructions[3], {"out": "out2"},
+                                                                  "k:second").dst
+    assert all(a is not b for a, b in zip(out, instructions, strict=True))  # each its own object
+
+
+def test_the_index_knows_whether_the_program_has_control_flow():
+    from trnsim.isa import Jump
+
+    straight = _call()
+    index = HbmIndex()
+    Template(straight, ["a", "w", "out"]).replay(["a", "w", "out"], "k", None, [], index)
+    assert not index.control and not HbmIndex.of(straight).control
+    looping = Template([*straight, Jump(target=0)], ["a", "w", "out"])
+    assert looping.control
+    index.add(looping, 4)
+    assert index.control  # whatever adds instructions adds what they are
+    assert HbmIndex.of([*straight, Jump(target=0)]).control
+
+
+def test_live_ranges_follow_a_rename():
+    instructions = _call() * 2
+    index = HbmIndex.of(instructions)
+    assert index.live_ranges(instructions, {"out"}) == {"out": (3, 7)}
+    index.rename(instructions, {"out": "slot0"})
+    assert index.live_ranges(instructions, {"out", "slot0"}) == {"slot0": (3, 7)}

@@ -42,3 +42,28 @@ def test_a_program_is_planned_with_the_collector_paused(monkeypatch, collector_o
     simulate(tiled_matmul(128, 128, 512), mode="timing")
     assert seen == [False]
     assert gc.isenabled()
+
+
+class _Made:
+    """A tracked object made inside the block."""
+
+
+def test_promoted_objects_skip_the_young_generations(collector_on):
+    with collector_paused(promote=True):
+        made = _Made()
+        assert any(o is made for o in gc.get_objects(generation=0))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert any(o is made for o in gc.get_objects(generation=2))
+    assert not any(o is made for o in gc.get_objects(generation=0))
+
+
+def test_objects_someone_froze_stay_frozen(collector_on):
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_paused(promote=True):
+            made = _Made()
+        assert gc.get_freeze_count() == frozen  # not unfrozen by the block
+        assert any(o is made for o in gc.get_objects(generation=0))  # and not promoted
+    finally:
+        gc.unfreeze()

@@ -68,8 +68,8 @@ def lower(graph: Graph, core, *, name: str | None = None, lnc: int = 1) -> Lower
     one program per physical core of a logical NeuronCore, each kernel split between them
     (`trnsim.compiler.lowering.lnc`)."""
     # the collector paused: see `trnsim.sim.collector` (on BERT-large it doubled the first
-    # lowering's time)
-    with collector_paused():
+    # lowering's time); the program's millions of objects then join the oldest generation
+    with collector_paused(promote=True):
         return _Lowering(graph, core, name or graph.name, lnc).run()
 
 
@@ -435,7 +435,7 @@ class _Lowering:
             finally:
                 trace.label = trace.source = None
             template = templates[key] = Template(program.instructions[start:], names)
-            self.hbm[core].entries += [(start + i, slots) for i, slots in template.hbm]
+            self.hbm[core].add(template, start)
             self.sources[core][key] = (start, tuple(i for i, _ in template.hbm))
         self.emitted[core] += template.length
         return template.flops

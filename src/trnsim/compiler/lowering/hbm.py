@@ -29,7 +29,7 @@ SLOT_PREFIX = "hbm_slot"
 def reuse_internal_hbm(program: Program, index: HbmIndex | None = None) -> dict[str, str]:
     """Rename internal HBM tensors onto shared slots in place; returns tensor -> slot.
     `index`: the program's HBM operand index, if the lowering kept one."""
-    if has_control_flow(program):
+    if has_control_flow(program, index):
         return {}
     index = index or HbmIndex.of(program.instructions)
     ranges = {name: span for name, span in live_ranges(program, index).items()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trnsim.compiler.lowering.replay import HbmIndex, hbm_operands
+from trnsim.compiler.lowering.replay import HbmIndex, control_flow, hbm_operands
 from trnsim.isa import Program
 
 
@@ -34,7 +34,7 @@ def keep_on_chip(program: Program, core, *, exclude=frozenset(), partial: bool =
     may touch only part of a tensor (its core's share under LNC=2), so a tensor takes the bytes
     between the first and last it touches rather than all of them. `index`: the program's
     HBM operand index, if the lowering kept one (else it is built here)."""
-    if has_control_flow(program):
+    if has_control_flow(program, index):
         return []
     budget = core.sbuf_usable_bytes_per_partition - program.sbuf_peak_bytes_per_partition
     if budget <= 0:
@@ -68,9 +68,12 @@ def footprint(nbytes: int, partitions: int) -> int:
     return -(-nbytes // (4 * partitions)) * 4
 
 
-def has_control_flow(program: Program) -> bool:
-    """Live ranges in program order hold for straight-line programs only."""
-    return any(getattr(ins, "KIND", "") in ("control", "dynamic") for ins in program.instructions)
+def has_control_flow(program: Program, index: HbmIndex | None = None) -> bool:
+    """Live ranges in program order hold for straight-line programs only. `index`: the program's
+    HBM operand index, which knows (else the program's instruction classes are looked at)."""
+    if index is not None:
+        return index.control
+    return control_flow(set(map(type, program.instructions)))
 
 
 def live_ranges(program: Program, index: HbmIndex | None = None) -> dict[str, tuple[int, int]]:
