@@ -386,3 +386,25 @@ def test_check_keys_ignore_names_not_places():
     assert stamp._check_key(replace(a, moving=ap(2048, "b1")), {"moving": ("ap", 1024)},
                             keys) != key
     assert stamp._check_key(a, {"moving": ("ap", 2048)}, keys) != key
+
+
+def test_an_instruction_moves_by_each_kind_of_difference():
+    """`_applied` builds iteration m of a template instruction: an integer field, an access
+    pattern's offset and a tuple of those each move m times their difference, equal to the
+    instruction built from the moved fields."""
+    from dataclasses import replace
+
+    from trnsim.isa import AccessPattern, Memory, MultiplyMoving, RegisterMove
+    from trnsim.numerics import dtype
+
+    move = RegisterMove(dst=3, src=7)
+    assert stamp._applied(stamp._plan(move, {"dst": 2, "src": -1}), 4, {}) == \
+        RegisterMove(dst=11, src=3)
+    ap = AccessPattern(Memory.SBUF, dtype("bfloat16"), 128, ((1, 512),), 1024, tensor="b")
+    acc = AccessPattern(Memory.PSUM, dtype("float32"), 128, ((1, 512),), 0, tensor="acc")
+    mm = MultiplyMoving(dst=acc, moving=ap, stationary=ap, accumulate=True)
+    moved = stamp._applied(stamp._plan(mm, stamp._delta_instruction(mm, replace(
+        mm, moving=replace(ap, offset=2048)))), 3, {})
+    assert moved == replace(mm, moving=replace(ap, offset=1024 + 3 * 1024))
+    assert stamp._apply((1, ap), stamp._delta((1, ap), (3, replace(ap, offset=0))), 2, {}) == \
+        (5, replace(ap, offset=-1024))

@@ -398,7 +398,10 @@ def _applied(plan: tuple, m: int, patterns: dict):
     fields = new.__dict__
     fields.update(base)
     for name, delta in moved:
-        fields[name] = _apply(base[name], delta, m, patterns)
+        if type(delta) is tuple and delta[0] == "ap":  # (the common case, without a call)
+            fields[name] = base[name].moved_in(patterns, m * delta[1])
+        else:
+            fields[name] = _apply(base[name], delta, m, patterns)
     return new
 
 
