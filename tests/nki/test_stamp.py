@@ -301,3 +301,110 @@ def test_check_mode_catches_a_wrong_reused_template(monkeypatch):
     steps = [lambda k: k, lambda k: k if k <= 2 else k - 1]
     with pytest.raises(stamp.StampMismatchError, match=r"stamped iteration 3 .*field"):
         _trace_reentered(steps, "check", monkeypatch)
+
+
+# --- checks of stamped instructions ---------------------------------------------------------------
+def test_a_stamped_instruction_failing_its_check_raises(monkeypatch, stamped_iterations):
+    """Each stamped instruction is checked at its own place: a check that fails only where a
+    middle (stamped) iteration's operand sits raises there."""
+    from trnsim.errors import InvalidArgumentError
+    from trnsim.isa import MultiplyMoving
+
+    steps = [lambda k: k]
+    plain = _trace_reentered(steps, "off", monkeypatch).builder.program
+    moving = [ins.moving.offset for ins in plain.instructions if type(ins) is MultiplyMoving]
+    original = MultiplyMoving.check
+
+    def failing(self, core):
+        original(self, core)
+        if self.moving.offset == moving[6]:  # iteration 6: stamped (0-3 and 9 are traced)
+            self.fail(InvalidArgumentError("iteration 6's place"))
+
+    monkeypatch.setattr(MultiplyMoving, "check", failing)
+    with pytest.raises(InvalidArgumentError, match="iteration 6's place"):
+        _trace_reentered(steps, "on", monkeypatch)
+    assert stamped_iterations[0] > 0
+
+
+def _scoped_runs(out, a, b, *, runs):
+    """K loop runs, each accumulating into a PSUM tile freed after it (the next run's lands in
+    the next bank of the ring: run 9 is back in run 1's bank, run 10 in run 2's)."""
+    from trnsim.kernels.layout import kernel_scope
+
+    _, at, bt = _k_tiles(a, b)
+    for _ in range(runs):
+        with kernel_scope("run"):
+            acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+            _k_run(acc, at, bt, lambda k: k)
+            nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+
+
+def test_a_reentered_loop_checks_each_place_once(monkeypatch):
+    """Runs of a K loop that differ only in their accumulator's tile name check a stamped
+    instruction once per place (`stamp._check_key`), not once per run; the program is the same."""
+    from trnsim.isa import MultiplyMoving
+
+    original, calls = MultiplyMoving.check, []
+
+    def counting(self, core):
+        calls.append(self.dst.offset)
+        original(self, core)
+
+    monkeypatch.setattr(MultiplyMoving, "check", counting)
+    programs = {}
+    for mode in ("off", "on"):
+        calls.clear()
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        trace, _, _ = trace_kernel(lambda out, a, b: _scoped_runs(out, a, b, runs=10),
+                                   [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), "bfloat16")
+        programs[mode] = (trace.builder.program, len(calls))
+    _assert_same_programs(programs["on"][0], programs["off"][0])
+    assert programs["off"][1] == 100
+    # runs 1-9 check all 10 matmuls (traced or stamped at a new place); run 10 is run 2 at
+    # another name: its 4 traced ones are checked, its 6 stamped ones were
+    assert programs["on"][1] == 94
+
+
+def test_check_keys_ignore_names_not_places():
+    """Two instructions that differ in tensor names, source line or label share a check key;
+    one at another place, or moving by another step, does not."""
+    from dataclasses import replace
+
+    from trnsim.isa import AccessPattern, Memory, MultiplyMoving
+    from trnsim.numerics import dtype
+
+    def ap(offset, tensor, memory=Memory.SBUF, kind="bfloat16"):
+        return AccessPattern(memory, dtype(kind), 128, ((1, 512),), offset, tensor=tensor)
+
+    a = MultiplyMoving(dst=ap(0, "acc1", Memory.PSUM, "float32"), moving=ap(1024, "b1"),
+                       stationary=ap(0, "a1"), accumulate=True, source="k.py:1", label="x")
+    keys = {}
+    key = stamp._check_key(a, {"moving": ("ap", 1024)}, keys)
+    renamed = replace(a, dst=ap(0, "acc2", Memory.PSUM, "float32"), moving=ap(1024, "b2"),
+                      source="k.py:2", label="y")
+    assert stamp._check_key(renamed, {"moving": ("ap", 1024)}, keys) == key
+    assert stamp._check_key(replace(a, moving=ap(2048, "b1")), {"moving": ("ap", 1024)},
+                            keys) != key
+    assert stamp._check_key(a, {"moving": ("ap", 2048)}, keys) != key
+
+
+def test_an_instruction_moves_by_each_kind_of_difference():
+    """`_applied` builds iteration m of a template instruction: an integer field, an access
+    pattern's offset and a tuple of those each move m times their difference, equal to the
+    instruction built from the moved fields."""
+    from dataclasses import replace
+
+    from trnsim.isa import AccessPattern, Memory, MultiplyMoving, RegisterMove
+    from trnsim.numerics import dtype
+
+    move = RegisterMove(dst=3, src=7)
+    assert stamp._applied(stamp._plan(move, {"dst": 2, "src": -1}), 4, {}) == \
+        RegisterMove(dst=11, src=3)
+    ap = AccessPattern(Memory.SBUF, dtype("bfloat16"), 128, ((1, 512),), 1024, tensor="b")
+    acc = AccessPattern(Memory.PSUM, dtype("float32"), 128, ((1, 512),), 0, tensor="acc")
+    mm = MultiplyMoving(dst=acc, moving=ap, stationary=ap, accumulate=True)
+    moved = stamp._applied(stamp._plan(mm, stamp._delta_instruction(mm, replace(
+        mm, moving=replace(ap, offset=2048)))), 3, {})
+    assert moved == replace(mm, moving=replace(ap, offset=1024 + 3 * 1024))
+    assert stamp._apply((1, ap), stamp._delta((1, ap), (3, replace(ap, offset=0))), 2, {}) == \
+        (5, replace(ap, offset=-1024))

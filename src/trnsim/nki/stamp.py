@@ -11,8 +11,10 @@ first call); no allocation, freeing, lazy PSUM zeroing, result reuse, warning or
 between (`_state`). The iterations up to the last are then stamped from the third one's
 instructions plus multiples of those differences, each checked and recorded as emission would
 (`Trace.note_accesses`: write versions, PSUM spans, tile uses) with the call and tile-name counters
-advanced as the body would. The last iteration is traced again, so the loop's Python leaves its
-variables as the plain loop does and a last-iteration difference (a partial K tile) is traced.
+advanced as the body would. A check reads fields, never names: a stamped instruction is checked
+once per place (`_check_key`), not again in a later run that differs only in tile names. The
+last iteration is traced again, so the loop's Python leaves its variables as the plain loop does
+and a last-iteration difference (a partial K tile) is traced.
 
 A loop the kernel enters again (a matmul's K loop, once per output block) reuses the template of
 its previous run at the same code location (`Trace.stamp_templates`): two traced iterations that
@@ -224,50 +226,75 @@ def _reused(earlier: _Template | None, history: list[_Iteration]) -> _Template |
 
 def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) -> None:
     """Emit iterations start..stop-1 from the template (iteration `base`): each instruction
-    checked and recorded (`Trace.note_emitted`) as emission does, the call and tile-name counters
-    advanced as the body's calls would."""
+    checked (`_checked_key`) and recorded (`Trace.note_emitted`) as emission does, the call and
+    tile-name counters advanced as the body's calls would."""
     last = template.last
     core = trace.core
     inners = [getattr(ins, "inner", ins) for ins in last.instructions]
     serials = [trace._serials((*inner.reads(), *inner.writes())) for inner in inners]
-    emit, checked = trace.builder.emit, trace.stamp_checked
+    wrapped = [inner is not ins for inner, ins in zip(inners, last.instructions, strict=True)]
+    plans = [_plan(ins, delta) for ins, delta in zip(last.instructions, template.deltas, strict=True)]
+    keys = [_check_key(ins, delta, trace.stamp_keys) for ins, delta in
+            zip(last.instructions, template.deltas, strict=True)]
+    instructions = trace.builder.program.instructions
+    checked, patterns, note = trace.stamp_checked, trace.patterns, trace.note_emitted
+    events = [(event[0] == "i", event[1], event[2] if event[0] == "u" else None)
+              for event in last.events]
     for i in range(start, stop):
+        m = i - base
         calls0 = trace.calls
-        instructions = _stamped_instructions(template, i - base, trace.patterns)
         k = 0
-        for event in last.events:
-            while trace.calls < calls0 + event[1]:
+        for emitted, call, used in events:
+            while trace.calls < calls0 + call:
                 trace.begin_call()
-            if event[0] == "i":
-                instruction = instructions[k]
-                _check(instruction, core, checked)
-                trace.note_emitted(serials[k], getattr(instruction, "inner", instruction).writes())
-                emit(instruction)
-                k += 1
-            else:
-                trace.note_used(event[2])
+            if not emitted:
+                trace.note_used(used)
+                continue
+            instruction = _applied(plans[k], m, patterns)
+            key = keys[k]
+            if key is None:
+                instruction.check(core)
+            elif (key, m) not in checked:
+                instruction.check(core)
+                checked.add((key, m))
+            note(serials[k], (instruction.inner if wrapped[k] else instruction).writes())
+            instructions.append(instruction)
+            k += 1
         while trace.calls < calls0 + last.calls:
             trace.begin_call()
         trace.tile_ids += last.ids
 
 
-def _check(instruction, core, checked: set) -> None:
-    """`instruction.check(core)`, once per equal instruction of the trace (a function of its
-    fields alone; the simulator's planner keeps checks the same way)."""
+def _check_key(instruction, delta: dict, keys: dict) -> int | None:
+    """A number for what `instruction.check` sees of the template instruction and its per-
+    iteration `delta` (None: a field that is not hashable, checked every time). A check is a
+    function of the fields alone and never reads a source line, label or tensor name (those
+    only word its error), so iteration m of two templates with equal numbers passes or fails
+    alike: (number, m) in `Trace.stamp_checked` skips the check (a matmul's K loop re-entered
+    for the next output block differs only in its accumulator's name)."""
+    fields = tuple(_nameless(getattr(instruction, name)) for name in _init_fields(type(instruction))
+                   if name not in ("source", "label"))
+    key = (type(instruction), fields, tuple(delta.items()))
     try:
-        if instruction in checked:
-            return
-    except TypeError:  # an unhashable attribute: checked every time
-        instruction.check(core)
-        return
-    instruction.check(core)
-    checked.add(instruction)
+        return keys.setdefault(key, len(keys))
+    except TypeError:
+        return None
+
+
+def _nameless(value):
+    """A field value without tensor names (an access pattern as its placement)."""
+    if type(value) is AccessPattern:
+        return (value.memory, value.dtype, value.partitions, value.dims, value.offset,
+                value.partition_start, value.partition_step)
+    if type(value) is tuple:
+        return tuple(_nameless(v) for v in value)
+    return value
 
 
 def _stamped_instructions(template: _Template, m: int, patterns: dict) -> list:
     """Iteration base + m of the template, its moved operands the trace's one pattern of their
     fields (`AccessPattern.moved_in`: a K loop's stationary operands repeat across its runs)."""
-    return [_apply_instruction(ins, delta, m, patterns)
+    return [_applied(_plan(ins, delta), m, patterns)
             for ins, delta in zip(template.last.instructions, template.deltas, strict=True)]
 
 
@@ -350,18 +377,31 @@ def _apply(value, delta, m: int, patterns: dict):
     return tuple(_apply(v, d, m, patterns) for v, d in zip(value, delta[1], strict=True))
 
 
-def _apply_instruction(ins, deltas: dict, m: int, patterns: dict):
+def _plan(ins, deltas: dict) -> tuple:
+    """How to build `ins` moved by multiples of `deltas` (`_applied`): its class, whether its
+    ``__post_init__`` must run, its fields and the moved ones."""
     cls = type(ins)
     if cls.__post_init__ is not Instruction.__post_init__:
-        fields = {name: getattr(ins, name) for name in _init_fields(cls)}
-        for name, delta in deltas.items():
+        return cls, False, {name: getattr(ins, name) for name in _init_fields(cls)}, \
+            tuple(deltas.items())
+    return cls, True, ins.__dict__, tuple(deltas.items())  # (engine already normalised)
+
+
+def _applied(plan: tuple, m: int, patterns: dict):
+    cls, plain, base, moved = plan
+    if not plain:
+        fields = dict(base)
+        for name, delta in moved:
             fields[name] = _apply(fields[name], delta, m, patterns)
         return cls(**fields)
-    new = object.__new__(cls)  # (the template's fields, engine already normalised)
+    new = object.__new__(cls)
     fields = new.__dict__
-    fields.update(ins.__dict__)
-    for name, delta in deltas.items():
-        fields[name] = _apply(fields[name], delta, m, patterns)
+    fields.update(base)
+    for name, delta in moved:
+        if type(delta) is tuple and delta[0] == "ap":  # (the common case, without a call)
+            fields[name] = base[name].moved_in(patterns, m * delta[1])
+        else:
+            fields[name] = _apply(base[name], delta, m, patterns)
     return new
 
 

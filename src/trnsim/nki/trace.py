@@ -245,7 +245,10 @@ class Trace:
         # and how often a lazily zeroed PSUM tile was settled (a change stamping cannot replay)
         self.stampable = True
         self.stamp_log: list | None = None
-        self.stamp_checked: set = set()  # stamped instructions that passed `check` (equal ones skip it)
+        # stamped instructions that passed `check`, as (`stamp_keys` number of the template
+        # instruction without its names, iteration): equal ones skip it (`stamp._check_key`)
+        self.stamp_checked: set = set()
+        self.stamp_keys: dict = {}
         self.stamp_templates: dict = {}  # a stamped loop's last template (`trnsim.nki.stamp`)
         self.patterns: dict = {}  # operands by their fields, one object each (`isa.access.interned`)
         self.zero_claims = 0
