@@ -60,10 +60,12 @@ def test_promoted_objects_skip_the_young_generations(collector_on):
 def test_objects_someone_froze_stay_frozen(collector_on):
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
+        assert gc.get_freeze_count() > 0
         with collector_paused(promote=True):
             made = _Made()
-        assert gc.get_freeze_count() == frozen  # not unfrozen by the block
+        # not unfrozen by the block (which would empty the permanent generation; its count may
+        # still drop by a few: a frozen object that is freed leaves it)
+        assert gc.get_freeze_count() > 0
         assert any(o is made for o in gc.get_objects(generation=0))  # and not promoted
     finally:
         gc.unfreeze()
