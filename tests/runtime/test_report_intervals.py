@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trnsim.runtime.report import _kernel_of_instructions, _length, _subtract, _union
+from trnsim.runtime.report import _kernel_of_instructions, _length, _subtract
+from trnsim.sim.profile import merged_intervals as _union
 
 
 def _merged(starts, ends):

@@ -284,12 +284,6 @@ def build_pipeline_report(*, model: str, instance, profiles: list, loaded_profil
 
 
 # --- interval helpers (sorted disjoint intervals as (starts, ends) arrays) --------------------
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from trnsim.sim.profile import merged_intervals  # only when a report is built
-
-    return merged_intervals(starts, ends)
-
-
 def _length(intervals: tuple[np.ndarray, np.ndarray]) -> float:
     """Their total length, added one after another (Python's `sum`, as before vectorising)."""
     starts, ends = intervals
