@@ -81,16 +81,17 @@ def _key(trace: Trace, dst: Tile, inputs: tuple[Tile, ...], fields: dict) -> tup
     and no dynamic loop around (its body runs again after later writes)."""
     storage = dst._storage
     ap = fields["dst"]
-    if any(scope.kind.endswith(" body") for scope in trace.scopes):
-        return None
-    registers = getattr(trace, "_register_offsets", {})
-    if any(isinstance(v, AccessPattern) and v in registers for v in fields.values()):
-        return None
+    # (the destination's tests first: most results go into a view of a tile written before)
     if (storage is None or storage.memory is not Memory.SBUF or storage.name not in trace._sbuf_by_name
             or storage.name in trace._written_onchip
             or ap.partition_start != 0 or ap.partitions != storage.partitions
             or not ap.is_contiguous or ap.offset != storage.offset
             or ap.free_size * ap.dtype.itemsize != storage.bytes_per_partition):
+        return None
+    if any(scope.kind.endswith(" body") for scope in trace.scopes):
+        return None
+    registers = getattr(trace, "_register_offsets", {})
+    if any(isinstance(v, AccessPattern) and v in registers for v in fields.values()):
         return None
     if any(t._storage is None or t._storage.memory is Memory.HBM or t._storage is storage
            for t in inputs):

@@ -38,7 +38,10 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
     """The instruction with its misplaced operands staged through copies (copies included, in
     order), or None when every operand is already where the engine can reach it."""
     engine = instruction.engine
-    can_read, can_write = ENGINE_MEMORIES.get(engine, (frozenset(), frozenset()))
+    can_read, can_write = ENGINE_MEMORIES.get(engine, _NO_MEMORIES)
+    if _reachable(instruction, engine, fields, can_read, can_write) and \
+            _compiler_psum_to_stage(trace, instruction, fields) is None:
+        return None
     reads, writes = instruction.reads(), instruction.writes()
     before, after, changes, temps = [], [], {}, []
     second_psum = _compiler_psum_to_stage(trace, instruction, fields)
@@ -88,6 +91,38 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
     for temp in temps:
         trace.release(temp.tile)
     return [*copies[:len(before)], main, *copies[len(before):]]
+
+
+_NO_MEMORIES = (frozenset(), frozenset())
+
+
+def _reachable(instruction: Instruction, engine, fields: dict, can_read, can_write) -> bool:
+    """Whether every operand of `fields` is surely where `staged` would leave it (the common case,
+    decided without the staging machinery): in a memory the engine both reads and writes, or
+    one its role allows, and starting at partition 0 (allowed for every access) where the
+    start-partition rule applies. False: `staged` decides in full."""
+    reads = writes = None
+    for ap in fields.values():
+        if type(ap) is not AccessPattern:
+            if isinstance(ap, AccessPattern):
+                return False  # (no subclass exists; decided in full if one ever does)
+            continue
+        memory = ap.memory
+        if memory is Memory.HBM:
+            continue
+        if memory is Memory.SBUF and ap.partition_start != 0 and engine is not Engine.DMA:
+            return False
+        if memory in can_read and memory in can_write:
+            continue
+        if reads is None:
+            reads, writes = instruction.reads(), instruction.writes()
+        read, written = ap in reads, ap in writes
+        if read and written:
+            continue
+        allowed = can_read if read else can_write if written else None
+        if allowed is not None and memory not in allowed:
+            return False
+    return True
 
 
 def stage_compiler_psum(trace: Trace, cls: type[Instruction], fields: dict) -> dict:

@@ -240,13 +240,20 @@ def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) 
     checked, patterns, note = trace.stamp_checked, trace.patterns, trace.note_emitted
     events = [(event[0] == "i", event[1], event[2] if event[0] == "u" else None)
               for event in last.events]
+    # a call beginning only counts while no tile waits to be freed after its last use and
+    # nothing spills (`Trace.begin_call`; a stamped iteration allocates nothing)
+    counting = trace.spiller is None and not trace._free_at
     for i in range(start, stop):
         m = i - base
         calls0 = trace.calls
         k = 0
         for emitted, call, used in events:
-            while trace.calls < calls0 + call:
-                trace.begin_call()
+            if counting:
+                if trace.calls < calls0 + call:
+                    trace.calls = calls0 + call
+            else:
+                while trace.calls < calls0 + call:
+                    trace.begin_call()
             if not emitted:
                 trace.note_used(used)
                 continue
@@ -260,6 +267,8 @@ def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) 
             note(serials[k], (instruction.inner if wrapped[k] else instruction).writes())
             instructions.append(instruction)
             k += 1
+        if counting:
+            trace.calls = max(trace.calls, calls0 + last.calls)
         while trace.calls < calls0 + last.calls:
             trace.begin_call()
         trace.tile_ids += last.ids
@@ -430,13 +439,19 @@ def _frame_state(frame, carried: tuple[str, ...]) -> tuple:
     for name, value in f_locals.items():
         if name in carried:
             state.append((name, id(value), type(value), getattr(value, "name", None)))
+        elif type(value) in _PLAIN:
+            continue  # (no attributes, no size: the common locals decided without the tests)
         elif isinstance(value, (list, dict, set)):
             state.append((name, len(value)))
         elif not isinstance(value, (Tile, type)) and hasattr(value, "__dict__") and \
                 not callable(value):
-            state.append((name, tuple((k, v) for k, v in vars(value).items()
-                                      if type(v) in (int, float, bool, str))))
+            state.append((name, tuple([(k, v) for k, v in vars(value).items()
+                                       if type(v) in _SCALAR_ATTRIBUTES])))
     return tuple(state)
+
+
+_PLAIN = frozenset({int, float, bool, str, tuple, range, slice, type(None)})
+_SCALAR_ATTRIBUTES = frozenset({int, float, bool, str})
 
 
 @cache

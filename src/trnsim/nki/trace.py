@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import wraps
+from functools import lru_cache, wraps
 from math import prod
 
 import numpy as np
@@ -327,7 +327,7 @@ class Trace:
         tile = self.tile_class(self, None, axes, as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, fallback=fallback, tags=tuple(tags),
                                     matmul=matmul),
-                    name=f"{(self.label or 'tile').split('.')[-1]}_{self._new_tile_id()}")
+                    name=f"{_label_stem(self.label)}_{self._new_tile_id()}")
         tile._pending_source, tile._pending_label = self.source, self.label
         self.pending = tile
         return tile
@@ -376,13 +376,16 @@ class Trace:
         accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
         written = inner.writes()  # a destination listed as read keeps what it does not write
         reads = inner.reads()
-        for ap, what in [*((ap, "reads") for ap in reads),
-                         *([(accumulating, "accumulates into")] if accumulating else [])]:
-            # the cheap tests first: most operands are HBM or written already
-            if ap.memory is Memory.HBM or not ap.tensor or ap.tensor in self._written_onchip:
-                continue
-            if what == "reads" and ap in written:
-                continue
+        onchip = self._written_onchip
+        # the cheap tests first: most operands are HBM or written already (one pass over the
+        # operands; the warning loop below is empty for nearly every instruction)
+        unwritten = [(ap, "reads") for ap in reads
+                     if not (ap.memory is Memory.HBM or not ap.tensor or ap.tensor in onchip)
+                     and ap not in written]
+        if accumulating and not (accumulating.memory is Memory.HBM or not accumulating.tensor
+                                 or accumulating.tensor in onchip):
+            unwritten.append((accumulating, "accumulates into"))
+        for ap, what in unwritten:
             key = (instruction.source, ap.tensor)
             if key not in self._warned:
                 self._warned.add(key)
@@ -715,6 +718,13 @@ class Trace:
                 f"tile {storage.name!r} was allocated in iteration {iteration} of the {kind} at "
                 f"{source}; its buffer was freed when that iteration ended, so it cannot be used "
                 f"here (allocate it outside the loop to keep it)")
+
+
+@lru_cache(maxsize=1024)
+def _label_stem(label: str | None) -> str:
+    """The last dotted part of a call's label, naming the tiles its results get (a trace defers
+    a result per call and its labels repeat)."""
+    return (label or "tile").split(".")[-1]
 
 
 def _onchip_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:

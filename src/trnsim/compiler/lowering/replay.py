@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 
-from trnsim.isa import AccessPattern, Memory, operand_fields
+from trnsim.isa import AccessPattern, Instruction, Memory, operand_fields
 
 # (field name, index in a tuple field or -1 for a field holding one access pattern)
 Slot = tuple[str, int]
+
+_SCALARS = frozenset({int, float, str, bool})  # operand-field values that hold no pattern
 
 
 def hbm_slots(ins) -> tuple[Slot, ...]:
@@ -29,7 +31,13 @@ def hbm_slots(ins) -> tuple[Slot, ...]:
     slots: list[Slot] = []
     for name in operand_fields(type(ins)):
         value = fields[name]
-        if isinstance(value, AccessPattern):
+        kind = type(value)
+        if kind is AccessPattern:  # (the common kinds by identity, the rare ones by isinstance)
+            if value.memory is Memory.HBM:
+                slots.append((name, -1))
+        elif value is None or kind in _SCALARS:
+            continue
+        elif isinstance(value, AccessPattern):
             if value.memory is Memory.HBM:
                 slots.append((name, -1))
         elif isinstance(value, tuple):
@@ -133,7 +141,9 @@ class Template:
     def __init__(self, instructions: list, names: list[str]) -> None:
         self.names = tuple(names)  # the call's HBM tensors, in the order its key numbered them
         self.length = len(instructions)
-        self.flops = sum(ins.flops() for ins in instructions)
+        # (only classes that count flops are asked: most inherit Instruction's 0)
+        self.flops = sum(ins.flops() for ins in instructions
+                         if type(ins).flops is not Instruction.flops)
         self.classes = [type(ins) for ins in instructions]
         self.fields = [ins.__dict__ for ins in instructions]
         index = HbmIndex.of(instructions)
