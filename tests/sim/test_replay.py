@@ -157,3 +157,27 @@ def test_read_compute_is_to_compute_of_the_view(dtype):
     fast, general = state.read_compute(tile), to_compute(view, tile.dtype)
     assert fast.dtype == general.dtype and fast.tobytes() == general.tobytes()
     state.release()
+
+
+def test_an_error_in_a_replayed_run_names_its_instruction(monkeypatch):
+    import dataclasses
+
+    from trnsim.errors import InvalidArgumentError
+
+    monkeypatch.setenv("TRNSIM_SIM_LOOP", "python")
+    program = _writes_then_reads_back()
+    index = next(i for i, ins in enumerate(program.instructions) if isinstance(ins, TensorCopy))
+    program.instructions[index] = dataclasses.replace(program.instructions[index],
+                                                      source="model.py:7")
+    x = rng_array((128, 64), "float32")
+    simulate(program, {"x": x})
+
+    def fails(self, state):
+        raise InvalidArgumentError("a value the instruction cannot take")
+
+    monkeypatch.setattr(TensorCopy, "execute", fails)
+    steps = _count_steps(monkeypatch)
+    with pytest.raises(InvalidArgumentError) as raised:
+        simulate(program, {"x": x})
+    assert not steps  # replayed: nothing stepped, the error still located
+    assert raised.value.source == "model.py:7"

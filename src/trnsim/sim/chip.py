@@ -116,8 +116,12 @@ class CoreRun:
             return False
         timeline.restore(self.scheduler)
         state = self.state
-        for ins in self.instructions:
-            execute(ins, state)
+        ins = None
+        try:  # `execute`, with the loop inside the try
+            for ins in self.instructions:
+                ins.execute(state)
+        except TrnsimError as error:
+            raise error.at(ins.source) from None
         self.position = len(self.instructions)
         return True
 
