@@ -125,7 +125,10 @@ def test_memories_are_reused_with_their_views_unless_an_array_over_them_is_held(
     ap = sbuf_ap(0, 4, (8,), "float32")
     sbuf.views(ap)[0][...] = 0
     assert sbuf.reusable()
+    assert memory._REFERENCES_COUNTED  # this interpreter's counts read as `reusable` expects
     held = sbuf.views(ap)[1]  # a caller keeps the cached view itself
+    assert not sbuf.reusable()
+    held = sbuf.views(ap)  # or the pair of views
     assert not sbuf.reusable()
     del held
     derived = sbuf.views(ap)[0][1:]  # or any array over the bytes

@@ -76,13 +76,36 @@ class MemoryViews:
         """Whether nothing outside this object holds an array over its bytes: every reference to
         the buffer is one of the cached views' (a numpy view of a view refers to the buffer
         itself), and nothing else holds a cached view. Then a later run may refill the bytes
-        and keep the views (`on_chip_memory`)."""
-        if getrefcount(self.buffer) != 2 + 2 * len(self.cached):  # attribute, argument, views
+        and keep the views (`on_chip_memory`). Each count is of an attribute or item load (a
+        new reference on the stack, whatever the interpreter borrows for local names);
+        `_REFERENCES_COUNTED` checks once that this reads as it should."""
+        cached = self.cached
+        if getrefcount(self.buffer) != 2 + 2 * len(cached):  # attribute, views, the load
             return False
-        for writable, readonly in self.cached.values():
-            if getrefcount(writable) != 3 or getrefcount(readonly) != 3:  # tuple, name, argument
+        for key in cached:  # each pair held by the dict alone, each view by its pair alone
+            if (getrefcount(cached[key]) != 2 or getrefcount(cached[key][0]) != 2
+                    or getrefcount(cached[key][1]) != 2):
                 return False
         return True
+
+
+def _references_counted() -> bool:
+    """`reusable` is right on this interpreter: true for a memory whose views nobody holds,
+    false while a pair of views, a view, or an array over its bytes is held."""
+    probe = MemoryViews("probe", np.zeros(8, dtype=np.uint8), 0)
+    probe.cached[None] = (probe.buffer[:4], probe.buffer[4:])
+    free = probe.reusable()
+    held = [probe.cached[None]]
+    pair_held = probe.reusable()
+    held = [probe.cached[None][1]]
+    view_held = probe.reusable()
+    held = [probe.buffer[2:]]
+    bytes_held = probe.reusable()
+    del held
+    return free and not (pair_held or view_held or bytes_held) and probe.reusable()
+
+
+_REFERENCES_COUNTED = _references_counted()
 
 
 class OnChipMemory(MemoryViews):
@@ -117,7 +140,7 @@ def release(memory: OnChipMemory) -> None:
     """Hand a finished run's SBUF or PSUM to later runs, unless an array over it is still held
     (a result or scratch that outlived the run: its values must not change) or enough are kept."""
     free = _FREE.setdefault((memory.memory, *memory.buffer.shape), [])
-    if len(free) >= KEPT_MEMORIES or not memory.reusable():
+    if len(free) >= KEPT_MEMORIES or not (_REFERENCES_COUNTED and memory.reusable()):
         return
     if len(memory.cached) > KEPT_VIEWS:
         memory.cached.clear()
