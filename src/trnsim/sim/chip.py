@@ -25,7 +25,7 @@ import heapq
 from trnsim import hardware
 from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError
 from trnsim.isa import Branch, Jump, Memory, Program
-from trnsim.sim import compiled
+from trnsim.sim import compiled, replay
 from trnsim.sim.dma import hbm_timeline
 from trnsim.sim.plan import compiled_inputs
 from trnsim.sim.scheduler import CoreScheduler
@@ -91,7 +91,10 @@ class CoreRun:
             return
         step = self.scheduler.step
         state = self.state
-        if self.scheduler.dma.hbm is None and self._run_compiled():
+        alone = self.scheduler.dma.hbm is None  # no HBM timeline shared with other cores
+        if alone and state is not None and self._replay():
+            return
+        if alone and self._run_compiled():
             return
         if state is None:
             for plan, ins in zip(self.plans, self.instructions, strict=True):
@@ -100,7 +103,27 @@ class CoreRun:
             for plan, ins in zip(self.plans, self.instructions, strict=True):
                 step(plan, ins)
                 execute(ins, state)
+            if alone:
+                replay.keep(self.scheduler, self.plans)
         self.position = len(self.instructions)
+
+    def _replay(self) -> bool:
+        """A functional rerun of a straight-line program alone on its core: the timeline kept
+        from its first functional run (`trnsim.sim.replay`), then the instructions in program
+        order. False when none is kept."""
+        timeline = replay.kept(self.scheduler, self.plans)
+        if timeline is None:
+            return False
+        timeline.restore(self.scheduler)
+        state = self.state
+        ins = None
+        try:  # `execute`, with the loop inside the try
+            for ins in self.instructions:
+                ins.execute(state)
+        except TrnsimError as error:
+            raise error.at(ins.source) from None
+        self.position = len(self.instructions)
+        return True
 
     def _run_compiled(self) -> bool:
         """Time the whole program with the compiled loop (`trnsim.sim.compiled`) if it is
@@ -122,6 +145,8 @@ class CoreRun:
         if self.state is not None:
             for ins in self.instructions[:failed] if failed >= 0 else self.instructions:
                 execute(ins, self.state)
+            if failed < 0:
+                replay.keep(self.scheduler, self.plans)
         if failed >= 0:  # raise the Python loop's error for that instruction
             self.scheduler.step(self.plans[failed], self.instructions[failed])
         self.position = len(self.instructions)

@@ -22,6 +22,7 @@ NKI simulator does. Integers then read as -1 (signed) or their maximum (unsigned
 from __future__ import annotations
 
 from collections.abc import Iterable
+from sys import getrefcount
 
 import numpy as np
 
@@ -38,16 +39,18 @@ class MemoryViews:
         self.name = name
         self.buffer = buffer  # uint8, C-contiguous
         self.row_bytes = row_bytes  # bytes per partition (0 for a flat HBM tensor)
-        self._views: dict[AccessPattern, tuple[np.ndarray, np.ndarray]] = {}
+        # (writable, read-only) view of each access pattern met: the only arrays over `buffer`
+        # this object makes (`reusable` counts on it)
+        self.cached: dict[AccessPattern, tuple[np.ndarray, np.ndarray]] = {}
 
     def views(self, ap: AccessPattern) -> tuple[np.ndarray, np.ndarray]:
         """(writable, read-only) views of `ap`; shape ap.shape, dtype ap.dtype.np_dtype."""
-        found = self._views.get(ap)
+        found = self.cached.get(ap)
         if found is None:
             writable = self._build(ap)
             readonly = writable.view()
             readonly.flags.writeable = False
-            found = self._views[ap] = (writable, readonly)
+            found = self.cached[ap] = (writable, readonly)
         return found
 
     def _build(self, ap: AccessPattern) -> np.ndarray:
@@ -69,6 +72,42 @@ class MemoryViews:
                                      context=f"{self.name} size; {error}") from None
 
 
+    def reusable(self) -> bool:
+        """Whether nothing outside this object holds an array over its bytes: every reference to
+        the buffer is one of the cached views' (a numpy view of a view refers to the buffer
+        itself), and nothing else holds a cached view. Then a later run may refill the bytes
+        and keep the views (`on_chip_memory`). Each count is of an attribute or item load (a
+        new reference on the stack, whatever the interpreter borrows for local names);
+        `_REFERENCES_COUNTED` checks once that this reads as it should."""
+        cached = self.cached
+        if getrefcount(self.buffer) != 2 + 2 * len(cached):  # attribute, views, the load
+            return False
+        for key in cached:  # each pair held by the dict alone, each view by its pair alone
+            if (getrefcount(cached[key]) != 2 or getrefcount(cached[key][0]) != 2
+                    or getrefcount(cached[key][1]) != 2):
+                return False
+        return True
+
+
+def _references_counted() -> bool:
+    """`reusable` is right on this interpreter: true for a memory whose views nobody holds,
+    false while a pair of views, a view, or an array over its bytes is held."""
+    probe = MemoryViews("probe", np.zeros(8, dtype=np.uint8), 0)
+    probe.cached[None] = (probe.buffer[:4], probe.buffer[4:])
+    free = probe.reusable()
+    held = [probe.cached[None]]
+    pair_held = probe.reusable()
+    held = [probe.cached[None][1]]
+    view_held = probe.reusable()
+    held = [probe.buffer[2:]]
+    bytes_held = probe.reusable()
+    del held
+    return free and not (pair_held or view_held or bytes_held) and probe.reusable()
+
+
+_REFERENCES_COUNTED = _references_counted()
+
+
 class OnChipMemory(MemoryViews):
     """SBUF or PSUM of one core: partitions x bytes per partition, filled with NaN bytes."""
 
@@ -76,6 +115,36 @@ class OnChipMemory(MemoryViews):
         buffer = np.full((partitions, bytes_per_partition), UNINITIALISED_BYTE, dtype=np.uint8)
         super().__init__(str(memory), buffer, bytes_per_partition)
         self.memory = memory
+
+
+# SBUF/PSUM memories of finished runs, with their views, by (memory, partitions, bytes): a
+# functional run of a compiled model meets the same access patterns on every call. At most
+# `KEPT_MEMORIES` of each shape (one run of a logical core's cores) and `KEPT_VIEWS` views each.
+KEPT_MEMORIES = 2
+KEPT_VIEWS = 1 << 17
+_FREE: dict[tuple[Memory, int, int], list[OnChipMemory]] = {}
+
+
+def on_chip_memory(memory: Memory, partitions: int, bytes_per_partition: int) -> OnChipMemory:
+    """A NaN-filled SBUF or PSUM: a finished run's (`release`), bytes refilled, views kept, or
+    a new one."""
+    free = _FREE.get((memory, partitions, bytes_per_partition))
+    if free:
+        found = free.pop()
+        found.buffer.fill(UNINITIALISED_BYTE)
+        return found
+    return OnChipMemory(memory, partitions, bytes_per_partition)
+
+
+def release(memory: OnChipMemory) -> None:
+    """Hand a finished run's SBUF or PSUM to later runs, unless an array over it is still held
+    (a result or scratch that outlived the run: its values must not change) or enough are kept."""
+    free = _FREE.setdefault((memory.memory, *memory.buffer.shape), [])
+    if len(free) >= KEPT_MEMORIES or not (_REFERENCES_COUNTED and memory.reusable()):
+        return
+    if len(memory.cached) > KEPT_VIEWS:
+        memory.cached.clear()
+    free.append(memory)
 
 
 class HbmSpace:

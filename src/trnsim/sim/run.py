@@ -134,6 +134,9 @@ def simulate_system(programs: Sequence[Program],
     if functional:
         with blas_threads_capped():
             run_cores(runs, SyncHub(runs, world))
+        for run in runs:
+            run.state.release()
+            run.state = None
     else:
         run_cores(runs, SyncHub(runs, world))
     results = []

@@ -17,7 +17,7 @@ import numpy as np
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import AccessPattern, Engine, Memory
 from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute
-from trnsim.sim.memory import HbmSpace, MemoryViews, OnChipMemory
+from trnsim.sim.memory import HbmSpace, MemoryViews, on_chip_memory, release
 
 
 class CoreState:
@@ -26,8 +26,8 @@ class CoreState:
     def __init__(self, core, hbm: HbmSpace, hbm_keys: dict[str, str], *, seed: int = 0,
                  core_index: int = 0) -> None:
         self.core = core
-        self.sbuf = OnChipMemory(Memory.SBUF, core.partitions, core.sbuf_bytes_per_partition)
-        self.psum = OnChipMemory(Memory.PSUM, core.partitions, core.psum_bytes_per_partition)
+        self.sbuf = on_chip_memory(Memory.SBUF, core.partitions, core.sbuf_bytes_per_partition)
+        self.psum = on_chip_memory(Memory.PSUM, core.partitions, core.psum_bytes_per_partition)
         self.hbm = hbm
         self._hbm_keys = hbm_keys  # program tensor name -> chip HBM key (shared tensors alias)
         self._engines: dict[Engine, dict] = {}
@@ -36,15 +36,21 @@ class CoreState:
         self._rng = CounterRNG(seed, 2 * core_index)
 
     # --- the ExecutionState protocol -----------------------------------------------------------
+    # Every instruction reads and writes through these, ~10^4 times per model call: SBUF and
+    # PSUM views come straight from their memory's cache (`_pair`), and the common cases skip
+    # the general conversions (`to_compute`, `cast`) where those would return their input.
     def read(self, ap: AccessPattern) -> np.ndarray:
-        return self._memory(ap).views(ap)[1]
+        return self._pair(ap)[1]
 
     def read_compute(self, ap: AccessPattern) -> np.ndarray:
-        return to_compute(self._memory(ap).views(ap)[1], ap.dtype)
+        view = self._pair(ap)[1]
+        if ap.dtype.element is not None:  # x4 storage: `to_compute` unpacks
+            return to_compute(view, ap.dtype)
+        return view if view.dtype == np.float32 else view.astype(np.float32)
 
     def _writable(self, ap: AccessPattern) -> np.ndarray:
-        view = self._memory(ap).views(ap)[0]
-        if not view.flags.writeable:
+        view = self._pair(ap)[0]
+        if ap.memory is Memory.HBM and not view.flags.writeable:
             raise InvalidArgumentError(f"{ap.describe()} is a constant (weights and other data "
                                        f"the program was built with); instructions cannot write it")
         return view
@@ -53,7 +59,7 @@ class CoreState:
         view = self._writable(ap)
         dt = ap.dtype
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
-        if array.dtype != dt.np_dtype or dt.name == "tfloat32":
+        if array.dtype != view.dtype or dt.name == "tfloat32":
             array = cast(array, dt, rounding=self.rounding,
                          rng=self._sr_rng if self.rounding == "stochastic" else None)
         try:
@@ -85,7 +91,28 @@ class CoreState:
         count = int(np.prod(shape, dtype=np.int64))
         return self._rng.uniform(count).reshape(shape)
 
+    def release(self) -> None:
+        """The run is over: its SBUF and PSUM may serve later runs (`trnsim.sim.memory.release`).
+        The state is unusable after."""
+        self._engines.clear()  # engine scratch may hold views of SBUF
+        sbuf, psum = self.sbuf, self.psum
+        self.sbuf = self.psum = None
+        release(sbuf)
+        release(psum)
+
     # --- helpers -------------------------------------------------------------------------------
+    def _pair(self, ap: AccessPattern) -> tuple[np.ndarray, np.ndarray]:
+        """(writable, read-only) views of `ap` (`MemoryViews.views`), cached ones found first."""
+        memory = ap.memory
+        if memory is Memory.SBUF:
+            views = self.sbuf
+        elif memory is Memory.PSUM:
+            views = self.psum
+        else:
+            views = self._memory(ap)
+        found = views.cached.get(ap)
+        return found if found is not None else views.views(ap)
+
     def _memory(self, ap: AccessPattern) -> MemoryViews:
         memory = ap.memory
         if memory is Memory.SBUF:
