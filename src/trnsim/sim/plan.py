@@ -153,6 +153,13 @@ class Planner:
         # the spans: `plan_uids` copies their uids alike)
         self.use_repeats = repeats
         self.copied = 0
+        # make the plans of a repeated span's varying instructions from their source's
+        # (`derived`; False: by look-up and a full build, as any other instruction); how many
+        self.derive = repeats
+        self.derived_uids: list[int] = []
+        # each distinct plan's facts, and whether it is its facts' alone (no on-chip tensor)
+        self._facts_of: list[InstructionFacts] = []
+        self._plain: list[bool] = []
         self.copied_spans: tuple[list[Plan] | None, list] = (None, [])
         self._facts = _FACTS.setdefault(core, {}) if shared else {}
         self._patterns = _PATTERNS.setdefault(core, {}) if shared else {}
@@ -191,11 +198,11 @@ class Planner:
                 if first < len(fresh) and fresh[first] < source + length:
                     self._plan_range(program, start, start + length, check, plans, fresh)
                 else:
-                    after = 0  # copy the plans between varying offsets, look those up
+                    after = 0  # copy the plans between varying offsets, derive those
                     for offset in varying:
                         plans += plans[source + after:source + offset]
-                        self._plan_range(program, start + offset, start + offset + 1, check,
-                                         plans, fresh)
+                        self._plan_varying(program, start + offset, source + offset, check,
+                                           plans, fresh)
                         after = offset + 1
                     plans += plans[source + after:source + length]
                     self.copied += length - len(varying)
@@ -222,6 +229,89 @@ class Planner:
             if plan is None:
                 plan = cache[key] = self._new(ins, program, check, key)
             append(plan)
+
+    def _plan_varying(self, program: Program, index: int, source: int, check: bool,
+                      plans: list[Plan], fresh: list[int]) -> None:
+        """Append the plan of a replayed span's varying instruction `index`, found by its key,
+        or made new from the plan of its source (`source`, planned already) when it differs
+        from it only in HBM operands of the same form (`derived`)."""
+        ins = program.instructions[index]
+        key = self.key(ins)
+        try:
+            plan = self._cache.get(key)
+        except TypeError:  # an unhashable attribute: as `_plan_range`
+            fresh.append(len(plans))
+            plans.append(self._new(ins, program, check))
+            return
+        if plan is None:
+            base = program.instructions[source]
+            plan = (self.derived(ins, base, plans[source], program)
+                    if self.derive and _hbm_renamed(key[1], self.key(base)[1]) else None)
+            if plan is None:
+                plan = self._new(ins, program, check, key)
+            self._cache[key] = plan
+        plans.append(plan)
+
+    def derived(self, ins: Instruction, base: Instruction, base_plan: Plan,
+                program: Program) -> Plan:
+        """The plan of `ins`, which equals `base` (planned as `base_plan`) but for the tensor or
+        offset of HBM operands of the same form (`_hbm_renamed`): `base_plan` with what depends
+        on those operands found again. The facts (`InstructionFacts`) are the base's: they are
+        functions of the operands' forms. `check` is not run again: an HBM operand's check reads
+        its form alone (its bounds are checked here, against its own tensor). What an HBM
+        operand's tensor and offset change: its region, and, when it or the base touches a
+        tensor kept on chip, the HBM traffic and a DMA's hand-off (then the plan is built from
+        the facts, `build_plan`). ``TRNSIM_PLAN=check`` compares every derived plan with a full
+        build (`trnsim.sim.plan_check.compare_derived`)."""
+        facts = self._facts_of[base_plan.uid]
+        reads, writes = ins.reads(), ins.writes()
+        on_chip = self.on_chip(program)
+        plain = self._operands_fit(ins, reads, writes, program, on_chip)
+        if plain and self._plain[base_plan.uid]:
+            plan = _copy_plan(base_plan)
+            plan.reads, plan.read_neighbors = self._swap_hbm(reads, base_plan.reads,
+                                                             base_plan.read_neighbors)
+            plan.writes, plan.write_neighbors = self._swap_hbm(writes, base_plan.writes,
+                                                               base_plan.write_neighbors)
+        else:
+            plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
+                              facts=facts, operands=(reads, writes))
+        plan.uid = len(self.distinct)
+        self.distinct.append(plan)
+        self._facts_of.append(facts)
+        self._plain.append(plain)
+        self.derived_uids.append(plan.uid)
+        return plan
+
+    def _operands_fit(self, ins: Instruction, reads: tuple[AccessPattern, ...],
+                      writes: tuple[AccessPattern, ...], program: Program,
+                      on_chip: Mapping[str, int]) -> bool:
+        """Check each HBM operand's bounds (once per pattern); whether none is a tensor kept on
+        chip (the plan is then its facts' alone, `build_plan`: a derivation may copy it)."""
+        hbm, bounded = Memory.HBM, self._bounded
+        plain = True
+        for ap in (*reads, *writes):
+            if ap.memory is hbm:
+                if ap not in bounded:
+                    _check_hbm_bounds(ins, ap, program)
+                    bounded.add(ap)
+                if on_chip and ap.tensor in on_chip:
+                    plain = False
+        return plain
+
+    def _swap_hbm(self, operands: tuple[AccessPattern, ...], uids: tuple[int, ...],
+                  neighbors: tuple[list[int], ...]) -> tuple[tuple, tuple]:
+        """The base plan's region uids and neighbour lists of `operands`, with each HBM
+        operand's own (found in operand order, as `build_plan` finds them)."""
+        hbm = Memory.HBM
+        swapped = None
+        for position, ap in enumerate(operands):
+            if ap.memory is hbm:
+                if swapped is None:
+                    swapped = list(uids), list(neighbors)
+                found = self.regions.region(ap)
+                swapped[0][position], swapped[1][position] = found.uid, found.neighbor_ids
+        return (uids, neighbors) if swapped is None else (tuple(swapped[0]), tuple(swapped[1]))
 
     def plan(self, ins: Instruction, program: Program) -> Plan:
         """The plan of one instruction met at run time (a register-addressed operand resolved):
@@ -261,10 +351,8 @@ class Planner:
         if facts is None and check:
             ins.check(self.core)
         reads, writes = ins.reads(), ins.writes()
-        for ap in (*reads, *writes):
-            if ap.memory is Memory.HBM and ap not in self._bounded:
-                _check_hbm_bounds(ins, ap, program)
-                self._bounded.add(ap)
+        on_chip = self.on_chip(program)
+        plain = self._operands_fit(ins, reads, writes, program, on_chip)
         if facts is None:
             pattern = self.pattern(key) if key is not None and self.by_pattern else None
             facts = self._patterns.get(pattern) if pattern is not None else None
@@ -274,10 +362,12 @@ class Planner:
                     _keep(self._patterns, pattern, facts)
             if key is not None:
                 _keep(self._facts, key, facts)
-        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
+        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
                           facts=facts, operands=(reads, writes))
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
+        self._facts_of.append(facts)
+        self._plain.append(plain)
         return plan
 
     def column(self, attribute: str) -> np.ndarray:
@@ -358,9 +448,10 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
         plans = planner.plan_program(program)
     planner.forget_program()
     if path == "check":
-        from trnsim.sim.plan_check import compare_plans, compare_repeats
+        from trnsim.sim.plan_check import compare_derived, compare_plans, compare_repeats
 
         compare_repeats(program, planner, plans)
+        compare_derived(program, planner, plans)
         compare_plans(program, core, plans)
     if not planner.has_dynamic:
         if key not in _PLANNED:
@@ -418,6 +509,38 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
+
+
+def _hbm_renamed(values: tuple, base: tuple) -> bool:
+    """Whether two instructions' key values (`Planner.key`) are equal but for HBM operands of
+    the same form (another tensor or offset; `AccessPattern.form`), top level or in a tuple."""
+    for a, b in zip(values, base, strict=True):
+        if a is b:
+            continue
+        kind = type(a)
+        if kind is AccessPattern:
+            if not (type(b) is AccessPattern and ((a.memory is Memory.HBM is b.memory
+                                                   and a.form() == b.form()) or a == b)):
+                return False
+        elif kind is tuple:
+            if type(b) is not tuple or len(a) != len(b) or not _hbm_renamed(a, b):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def _copy_plan(plan: Plan) -> Plan:
+    """A copy of `plan` (its `DmaPlan` shared: plans never change one)."""
+    copy = object.__new__(Plan)
+    copy.code, copy.busy, copy.latency, copy.flops = plan.code, plan.busy, plan.latency, plan.flops
+    copy.is_load, copy.is_multiply, copy.is_matmul = plan.is_load, plan.is_multiply, plan.is_matmul
+    copy.precision, copy.nbytes, copy.ports, copy.dma = (plan.precision, plan.nbytes, plan.ports,
+                                                         plan.dma)
+    copy.hbm_read, copy.hbm_write = plan.hbm_read, plan.hbm_write
+    copy.reads, copy.read_neighbors = plan.reads, plan.read_neighbors
+    copy.writes, copy.write_neighbors = plan.writes, plan.write_neighbors
+    return copy
 
 
 class InstructionFacts:
