@@ -21,7 +21,8 @@ import struct
 from trnsim.errors import TrnsimError
 from trnsim.isa import Program
 from trnsim.sim.collector import collector_paused
-from trnsim.sim.plan import Plan, Planner, build_plan, instruction_facts
+from trnsim.sim.plan import Planner
+from trnsim.sim.plan_build import Plan, build_plan, instruction_facts
 
 _FIELDS = ("uid", "code", "busy", "latency", "flops", "precision", "nbytes", "hbm_read",
            "hbm_write", "is_load", "is_multiply", "is_matmul", "reads", "writes",
