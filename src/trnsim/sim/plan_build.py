@@ -235,7 +235,7 @@ def _hand_off(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...
     lane = sides[0].partition_start
     for ap in declared:
         per_partition = ap.nbytes // max(ap.partitions, 1)
-        if contiguous_run_bytes(dataclasses.replace(ap, partitions=1)) < per_partition:
+        if _row_run_bytes(ap) < per_partition:
             return None
         # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
         # SBUF side must start on the first row's partition, else the data crosses lanes
@@ -245,6 +245,24 @@ def _hand_off(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...
         if (row - lane) % partitions:
             return None
     return "cast" if len({ap.dtype for ap in operands}) > 1 else "same"
+
+
+# contiguous run of one partition's row of an HBM pattern, by what it depends on: (dims,
+# partition step, item size); cleared when it holds this many (a bound on memory)
+_ROW_RUNS: dict[tuple, int] = {}
+_ROW_RUNS_KEPT = 100_000
+
+
+def _row_run_bytes(ap: AccessPattern) -> int:
+    """`contiguous_run_bytes` of one partition of the HBM pattern `ap` (found once per dims,
+    partition step and item size: a replayed call's renamed patterns share them)."""
+    key = (ap.dims, ap.partition_step, ap.dtype.itemsize)
+    run = _ROW_RUNS.get(key)
+    if run is None:
+        if len(_ROW_RUNS) >= _ROW_RUNS_KEPT:
+            _ROW_RUNS.clear()
+        run = _ROW_RUNS[key] = contiguous_run_bytes(dataclasses.replace(ap, partitions=1))
+    return run
 
 
 def _engine_cast(plan: Plan, reads: tuple[AccessPattern, ...],
