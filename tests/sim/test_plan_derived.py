@@ -2,13 +2,11 @@
 equal, field by field and uid by uid, to a full build, and ``TRNSIM_PLAN=check`` catches a
 derivation that is not."""
 
-import copy
 import dataclasses
 
 import pytest
 
 from trnsim.isa import Activation, DmaCopy, Repeats, TensorTensor
-from trnsim.sim import simulate
 from trnsim.sim.plan import PLAN_ENV, Planner, planned
 from trnsim.sim.plan_check import (
     PlanMismatchError,
@@ -18,7 +16,7 @@ from trnsim.sim.plan_check import (
     plan_fields,
 )
 
-from .helpers import builder
+from .helpers import assert_timelines_match_reference, builder
 
 CALL = 5  # instructions per call; offsets 0, 1 and 4 touch HBM
 VARYING = (0, 1, 4)
@@ -93,13 +91,7 @@ def test_a_varying_instruction_that_differs_on_chip_is_built_in_full():
 
 
 def test_timelines_agree_with_the_reference_path(monkeypatch):
-    program = _calls(on_chip=("a1",))
-    monkeypatch.setenv(PLAN_ENV, "instructions")
-    reference = simulate(copy.deepcopy(program), mode="timing").profile
-    monkeypatch.setenv(PLAN_ENV, "check")
-    profile = simulate(program, mode="timing").profile
-    assert (profile.total_ns, profile.start_ns.tolist(), profile.end_ns.tolist()) == \
-        (reference.total_ns, reference.start_ns.tolist(), reference.end_ns.tolist())
+    assert_timelines_match_reference(_calls(on_chip=("a1",)), monkeypatch)
 
 
 def test_check_catches_a_derivation_that_keeps_the_source_regions(monkeypatch):

@@ -226,12 +226,8 @@ class Planner:
         else:
             plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
                               facts=facts, operands=(reads, writes))
-        plan.uid = len(self.distinct)
-        self.distinct.append(plan)
-        self._facts_of.append(facts)
-        self._plain.append(plain)
-        self.derived_uids.append(plan.uid)
-        return plan
+        self.derived_uids.append(len(self.distinct))
+        return self._add(plan, facts, plain)
 
     def _operands_fit(self, ins: Instruction, reads: tuple[AccessPattern, ...],
                       writes: tuple[AccessPattern, ...], program: Program,
@@ -312,8 +308,12 @@ class Planner:
                     _keep(self._patterns, pattern, facts)
             if key is not None:
                 _keep(self._facts, key, facts)
-        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
-                          facts=facts, operands=(reads, writes))
+        return self._add(build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
+                                    facts=facts, operands=(reads, writes)), facts, plain)
+
+    def _add(self, plan: Plan, facts: InstructionFacts, plain: bool) -> Plan:
+        """Number `plan` as the next distinct plan, kept with its facts and whether it is
+        its facts' alone (`_operands_fit`)."""
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
         self._facts_of.append(facts)
