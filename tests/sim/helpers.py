@@ -38,3 +38,19 @@ def core(name: str):
 def rng_array(shape, dtype, seed: int = 0) -> np.ndarray:
     values = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     return values.astype(as_dtype(dtype).np_dtype)
+
+
+def assert_timelines_match_reference(program, monkeypatch) -> None:
+    """`program`'s timing run planned with ``TRNSIM_PLAN=check`` records what the reference
+    planning path (``instructions``) does, start for start."""
+    import copy
+
+    from trnsim.sim import simulate
+    from trnsim.sim.plan import PLAN_ENV
+
+    monkeypatch.setenv(PLAN_ENV, "instructions")
+    reference = simulate(copy.deepcopy(program), mode="timing").profile
+    monkeypatch.setenv(PLAN_ENV, "check")
+    profile = simulate(program, mode="timing").profile
+    assert (profile.total_ns, profile.start_ns.tolist(), profile.end_ns.tolist()) == \
+        (reference.total_ns, reference.start_ns.tolist(), reference.end_ns.tolist())

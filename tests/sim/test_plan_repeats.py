@@ -8,11 +8,10 @@ import pytest
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import Activation, DmaCopy, Repeats, TensorTensor
-from trnsim.sim import simulate
 from trnsim.sim.plan import PLAN_ENV, Planner, plan_uids, planned
 from trnsim.sim.plan_check import PlanMismatchError, compare_plans, compare_repeats, plan_fields
 
-from .helpers import builder
+from .helpers import assert_timelines_match_reference, builder
 
 CALL = 5  # instructions per call; offsets 0, 1 and 4 touch HBM
 
@@ -56,13 +55,7 @@ def test_repeated_spans_take_the_plans_the_look_ups_find():
 
 
 def test_timelines_agree_with_the_reference_path(monkeypatch):
-    program = _calls(4)
-    monkeypatch.setenv(PLAN_ENV, "instructions")
-    reference = simulate(copy.deepcopy(program), mode="timing").profile
-    monkeypatch.setenv(PLAN_ENV, "check")
-    profile = simulate(program, mode="timing").profile
-    assert (profile.total_ns, profile.start_ns.tolist(), profile.end_ns.tolist()) == \
-        (reference.total_ns, reference.start_ns.tolist(), reference.end_ns.tolist())
+    assert_timelines_match_reference(_calls(4), monkeypatch)
 
 
 def test_check_catches_a_false_record(monkeypatch):

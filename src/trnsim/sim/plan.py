@@ -23,12 +23,14 @@ look-up), regions, HBM bounds, the HBM traffic of on-chip tensors and in-place h
 A lowered model repeats itself (its layers' kernel calls are replays of the first: `isa.Repeats`,
 recorded by the lowering): a replayed span takes the first call's plans by list slicing and looks
 up only its HBM-touching instructions, so planning costs per distinct call, not per instruction
-(`Planner.plan_program`).
+(`Planner.plan_program`); one whose look-up misses (another tensor, another block of one) has its
+plan derived from the first call's: its facts, with only what its HBM operands change found
+again (`Planner.derived`).
 `TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions`` (facts from each
 distinct instruction itself, and every instruction looked up: the reference) or ``check``
-(both, a `PlanMismatchError` at the first plan field that differs by as much as one bit, and
-at the first plan taken from a repeat that is not the object its look-up finds:
-`trnsim.sim.plan_check`).
+(both, a `PlanMismatchError` at the first plan field that differs by as much as one bit, at
+the first plan taken from a repeat that is not the object its look-up finds, and at the first
+derived plan that differs from its full build: `trnsim.sim.plan_check`).
 """
 
 from __future__ import annotations
@@ -44,71 +46,19 @@ from operator import attrgetter
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
-from trnsim.isa import AccessPattern, Engine, Instruction, Memory, Program
-from trnsim.isa.dma import DmaCopy, contiguous_run_bytes
+from trnsim.isa import AccessPattern, Instruction, Memory, Program
 from trnsim.sim.collector import collector_paused
 from trnsim.sim.dependencies import RegionIndex
-from trnsim.sim.engines import STREAM_OF_ENGINE, TENSOR, TENSOR_LOAD
-
-
-class DmaPlan:
-    """A DMA instruction's transfer: engine-time, engines it may spread over, HBM traffic."""
-
-    __slots__ = ("engines", "hbm_per_work", "in_place", "queue", "work")
-
-    def __init__(self, work: float, engines: int, hbm_per_work: float, queue: int | None,
-                 in_place: bool = False) -> None:
-        self.work = work  # engine-ns: the transfer's time alone on one engine (descriptors included)
-        self.engines = engines  # how many of the core's DMA engines it spreads over
-        self.hbm_per_work = hbm_per_work  # HBM bytes moved per engine-ns
-        self.queue = queue  # a pinned queue, or None for the scheduler's choice
-        # a hand-off of an on-chip tensor in its own layout: no data moves (`trnsim.sim.dma`)
-        self.in_place = in_place
-
-
-class Plan:
-    """Timing-relevant facts of one instruction; shared by all instructions equal to it."""
-
-    __slots__ = ("busy", "code", "dma", "flops", "hbm_read", "hbm_write", "is_load", "is_matmul",
-                 "is_multiply", "latency", "nbytes", "ports", "precision", "read_neighbors",
-                 "reads", "uid", "write_neighbors", "writes")
-
-    def __init__(self) -> None:
-        self.uid = 0  # index among the planner's distinct plans
-        self.code = 0
-        self.is_load = self.is_multiply = self.is_matmul = False
-        self.busy = self.latency = 0.0
-        self.flops = 0
-        self.precision: str | None = None  # matmul precision class of a FLOP-counting instruction
-        self.nbytes = self.hbm_read = self.hbm_write = 0
-        # the uids of the regions it reads and writes, and each one's overlapping regions' uids
-        # (the region's own list: it grows if a region found later overlaps it)
-        self.reads: tuple[int, ...] = ()
-        self.writes: tuple[int, ...] = ()
-        self.read_neighbors: tuple[list[int], ...] = ()
-        self.write_neighbors: tuple[list[int], ...] = ()
-        self.ports: tuple[int, ...] = ()  # indices into the core's `PortTable.ports`
-        self.dma: DmaPlan | None = None
-
-
-class PortTable:
-    """The shared on-chip ports of a core version (`CoreSpec.port_conflicts`).
-
-    Each (engine a, engine b, memory) conflict is one exclusive port: an instruction of engine a
-    or b that touches that memory holds it while busy (each core books it on its own
-    `BusyIntervals`, `CoreScheduler.port_busy`).
-    """
-
-    def __init__(self, core) -> None:
-        self.ports: list[tuple[frozenset[int], Memory]] = []
-        for first, second, memory in core.port_conflicts:
-            streams = frozenset(STREAM_OF_ENGINE[Engine(name)] for name in (first, second))
-            self.ports.append((streams, Memory(memory)))
-
-    def held_by(self, code: int, memories: set[Memory]) -> tuple[int, ...]:
-        return tuple(index for index, (streams, memory) in enumerate(self.ports)
-                     if code in streams and memory in memories)
-
+from trnsim.sim.plan_build import (  # noqa: F401  (re-exported: sim modules import Plan here)
+    DmaPlan,
+    InstructionFacts,
+    Plan,
+    PortTable,
+    _copy_plan,
+    _hbm_traffic,
+    build_plan,
+    instruction_facts,
+)
 
 # InstructionFacts per core of every checked instruction met, by its key (so an equal
 # instruction skips check and facts with one look-up), and of every pattern met (so another
@@ -153,6 +103,13 @@ class Planner:
         # the spans: `plan_uids` copies their uids alike)
         self.use_repeats = repeats
         self.copied = 0
+        # make the plans of a repeated span's varying instructions from their source's
+        # (`derived`; False: by look-up and a full build, as any other instruction); how many
+        self.derive = repeats
+        self.derived_uids: list[int] = []
+        # each distinct plan's facts, and whether it is its facts' alone (no on-chip tensor)
+        self._facts_of: list[InstructionFacts] = []
+        self._plain: list[bool] = []
         self.copied_spans: tuple[list[Plan] | None, list] = (None, [])
         self._facts = _FACTS.setdefault(core, {}) if shared else {}
         self._patterns = _PATTERNS.setdefault(core, {}) if shared else {}
@@ -191,11 +148,11 @@ class Planner:
                 if first < len(fresh) and fresh[first] < source + length:
                     self._plan_range(program, start, start + length, check, plans, fresh)
                 else:
-                    after = 0  # copy the plans between varying offsets, look those up
+                    after = 0  # copy the plans between varying offsets, derive those
                     for offset in varying:
                         plans += plans[source + after:source + offset]
-                        self._plan_range(program, start + offset, start + offset + 1, check,
-                                         plans, fresh)
+                        self._plan_varying(program, start + offset, source + offset, check,
+                                           plans, fresh)
                         after = offset + 1
                     plans += plans[source + after:source + length]
                     self.copied += length - len(varying)
@@ -222,6 +179,85 @@ class Planner:
             if plan is None:
                 plan = cache[key] = self._new(ins, program, check, key)
             append(plan)
+
+    def _plan_varying(self, program: Program, index: int, source: int, check: bool,
+                      plans: list[Plan], fresh: list[int]) -> None:
+        """Append the plan of a replayed span's varying instruction `index`, found by its key,
+        or made new from the plan of its source (`source`, planned already) when it differs
+        from it only in HBM operands of the same form (`derived`)."""
+        ins = program.instructions[index]
+        key = self.key(ins)
+        try:
+            plan = self._cache.get(key)
+        except TypeError:  # an unhashable attribute: as `_plan_range`
+            fresh.append(len(plans))
+            plans.append(self._new(ins, program, check))
+            return
+        if plan is None:
+            base = program.instructions[source]
+            plan = (self.derived(ins, base, plans[source], program)
+                    if self.derive and _hbm_renamed(key[1], self.key(base)[1]) else None)
+            if plan is None:
+                plan = self._new(ins, program, check, key)
+            self._cache[key] = plan
+        plans.append(plan)
+
+    def derived(self, ins: Instruction, base: Instruction, base_plan: Plan,
+                program: Program) -> Plan:
+        """The plan of `ins`, which equals `base` (planned as `base_plan`) but for the tensor or
+        offset of HBM operands of the same form (`_hbm_renamed`): `base_plan` with what depends
+        on those operands found again. The facts (`InstructionFacts`) are the base's: they are
+        functions of the operands' forms. `check` is not run again: an HBM operand's check reads
+        its form alone (its bounds are checked here, against its own tensor). What an HBM
+        operand's tensor and offset change: its region, and, when it or the base touches a
+        tensor kept on chip, the HBM traffic and a DMA's hand-off (then the plan is built from
+        the facts, `build_plan`). ``TRNSIM_PLAN=check`` compares every derived plan with a full
+        build (`trnsim.sim.plan_check.compare_derived`)."""
+        facts = self._facts_of[base_plan.uid]
+        reads, writes = ins.reads(), ins.writes()
+        on_chip = self.on_chip(program)
+        plain = self._operands_fit(ins, reads, writes, program, on_chip)
+        if plain and self._plain[base_plan.uid]:
+            plan = _copy_plan(base_plan)
+            plan.reads, plan.read_neighbors = self._swap_hbm(reads, base_plan.reads,
+                                                             base_plan.read_neighbors)
+            plan.writes, plan.write_neighbors = self._swap_hbm(writes, base_plan.writes,
+                                                               base_plan.write_neighbors)
+        else:
+            plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
+                              facts=facts, operands=(reads, writes))
+        self.derived_uids.append(len(self.distinct))
+        return self._add(plan, facts, plain)
+
+    def _operands_fit(self, ins: Instruction, reads: tuple[AccessPattern, ...],
+                      writes: tuple[AccessPattern, ...], program: Program,
+                      on_chip: Mapping[str, int]) -> bool:
+        """Check each HBM operand's bounds (once per pattern); whether none is a tensor kept on
+        chip (the plan is then its facts' alone, `build_plan`: a derivation may copy it)."""
+        hbm, bounded = Memory.HBM, self._bounded
+        plain = True
+        for ap in (*reads, *writes):
+            if ap.memory is hbm:
+                if ap not in bounded:
+                    _check_hbm_bounds(ins, ap, program)
+                    bounded.add(ap)
+                if on_chip and ap.tensor in on_chip:
+                    plain = False
+        return plain
+
+    def _swap_hbm(self, operands: tuple[AccessPattern, ...], uids: tuple[int, ...],
+                  neighbors: tuple[list[int], ...]) -> tuple[tuple, tuple]:
+        """The base plan's region uids and neighbour lists of `operands`, with each HBM
+        operand's own (found in operand order, as `build_plan` finds them)."""
+        hbm = Memory.HBM
+        swapped = None
+        for position, ap in enumerate(operands):
+            if ap.memory is hbm:
+                if swapped is None:
+                    swapped = list(uids), list(neighbors)
+                found = self.regions.region(ap)
+                swapped[0][position], swapped[1][position] = found.uid, found.neighbor_ids
+        return (uids, neighbors) if swapped is None else (tuple(swapped[0]), tuple(swapped[1]))
 
     def plan(self, ins: Instruction, program: Program) -> Plan:
         """The plan of one instruction met at run time (a register-addressed operand resolved):
@@ -261,10 +297,8 @@ class Planner:
         if facts is None and check:
             ins.check(self.core)
         reads, writes = ins.reads(), ins.writes()
-        for ap in (*reads, *writes):
-            if ap.memory is Memory.HBM and ap not in self._bounded:
-                _check_hbm_bounds(ins, ap, program)
-                self._bounded.add(ap)
+        on_chip = self.on_chip(program)
+        plain = self._operands_fit(ins, reads, writes, program, on_chip)
         if facts is None:
             pattern = self.pattern(key) if key is not None and self.by_pattern else None
             facts = self._patterns.get(pattern) if pattern is not None else None
@@ -274,10 +308,16 @@ class Planner:
                     _keep(self._patterns, pattern, facts)
             if key is not None:
                 _keep(self._facts, key, facts)
-        plan = build_plan(ins, self.core, self.regions, self.ports, on_chip=self.on_chip(program),
-                          facts=facts, operands=(reads, writes))
+        return self._add(build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
+                                    facts=facts, operands=(reads, writes)), facts, plain)
+
+    def _add(self, plan: Plan, facts: InstructionFacts, plain: bool) -> Plan:
+        """Number `plan` as the next distinct plan, kept with its facts and whether it is
+        its facts' alone (`_operands_fit`)."""
         plan.uid = len(self.distinct)
         self.distinct.append(plan)
+        self._facts_of.append(facts)
+        self._plain.append(plain)
         return plan
 
     def column(self, attribute: str) -> np.ndarray:
@@ -358,9 +398,10 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
         plans = planner.plan_program(program)
     planner.forget_program()
     if path == "check":
-        from trnsim.sim.plan_check import compare_plans, compare_repeats
+        from trnsim.sim.plan_check import compare_derived, compare_plans, compare_repeats
 
         compare_repeats(program, planner, plans)
+        compare_derived(program, planner, plans)
         compare_plans(program, core, plans)
     if not planner.has_dynamic:
         if key not in _PLANNED:
@@ -420,185 +461,29 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
 
 
 
-class InstructionFacts:
-    """What an instruction's plan takes from its pattern and the core alone: `cost`, `transfer`,
-    `flops`, the bytes of its HBM `traffic` and the ports it holds. All are pure functions of the
-    instruction's form (its attributes and its operands' `AccessPattern.form`) and the core, so
-    they are kept process-wide per pattern (`Planner.pattern`): every tile of a loop at its own
-    addresses, and another program's (the same model lowered again, a serving step of another
-    length, the next training step's graph), reuses them."""
-
-    __slots__ = ("busy", "code", "dma_engines", "dma_queue", "dma_work", "flops", "hbm_read",
-                 "hbm_write", "is_load", "is_matmul", "is_multiply", "latency", "nbytes", "ports",
-                 "precision")
-
-
-def instruction_facts(ins: Instruction, core, ports: PortTable) -> InstructionFacts:
-    facts = InstructionFacts()
-    reads, writes = ins.reads(), ins.writes()
-    facts.flops = ins.flops()
-    facts.precision = (reads[0].dtype.precision or "fp32") if facts.flops and reads else None
-    # device-memory traffic, for a program without on-chip tensors (`_hbm_traffic`)
-    facts.hbm_read, facts.hbm_write = _hbm_traffic(ins, reads, writes, _NONE)
-    facts.busy = facts.latency = 0.0
-    facts.is_load = facts.is_multiply = facts.is_matmul = False
-    facts.ports = ()
-    facts.dma_work, facts.dma_engines, facts.dma_queue = 0.0, 0, None
-    if ins.engine is Engine.DMA:
-        facts.code = -1
-        _dma_facts(ins, core, reads, writes, facts)
-        return facts
-    cost = ins.cost(core)
-    facts.busy, facts.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
-    facts.nbytes = sum(ap.nbytes for ap in (*reads, *writes))
-    facts.code = STREAM_OF_ENGINE[ins.engine]
-    if facts.code == TENSOR:
-        pipeline = getattr(type(ins), "PIPELINE", "multiply")
-        facts.is_load = pipeline == "load"
-        facts.is_multiply = not facts.is_load
-        facts.is_matmul = ins.OPCODE == "MultiplyMoving"
-        if facts.is_load:
-            facts.code = TENSOR_LOAD
-    facts.ports = ports.held_by(facts.code, {ap.memory for ap in (*reads, *writes)})
-    return facts
+def _hbm_renamed(values: tuple, base: tuple) -> bool:
+    """Whether two instructions' key values (`Planner.key`) are equal but for HBM operands of
+    the same form (another tensor or offset; `AccessPattern.form`), top level or in a tuple."""
+    for a, b in zip(values, base, strict=True):
+        if a is b:
+            continue
+        kind = type(a)
+        if kind is AccessPattern:
+            if not (type(b) is AccessPattern and (_same_hbm_form(a, b) or a == b)):
+                return False
+        elif kind is tuple:
+            if type(b) is not tuple or len(a) != len(b) or not _hbm_renamed(a, b):
+                return False
+        elif a != b:
+            return False
+    return True
 
 
-_NONE: Mapping[str, int] = {}  # no on-chip tensors
+def _same_hbm_form(a: AccessPattern, b: AccessPattern) -> bool:
+    """Two HBM patterns of one `AccessPattern.form` (its fields compared here: a replay's
+    renamed patterns have not computed theirs)."""
+    return (a.memory is Memory.HBM is b.memory and a.dims == b.dims
+            and a.partitions == b.partitions and a.partition_step == b.partition_step
+            and a.dtype.name == b.dtype.name)
 
 
-def _hbm_traffic(ins: Instruction, reads: tuple[AccessPattern, ...],
-                 writes: tuple[AccessPattern, ...], on_chip: Mapping[str, int]) -> tuple[int, int]:
-    """(bytes read, bytes written) of HBM tensors not kept on chip: the bytes moved (an indirect
-    DMA's dependencies span its whole table, its traffic only the rows it moves)."""
-    moved_reads, moved_writes = ins.traffic() if hasattr(ins, "traffic") else (reads, writes)
-    hbm = Memory.HBM
-    return (sum(ap.nbytes for ap in moved_reads if ap.memory is hbm and ap.tensor not in on_chip),
-            sum(ap.nbytes for ap in moved_writes if ap.memory is hbm and ap.tensor not in on_chip))
-
-
-def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *,
-               on_chip: Mapping[str, int] = _NONE, facts: InstructionFacts | None = None,
-               operands: tuple | None = None) -> Plan:
-    """`on_chip`: tensors that live in SBUF (`TensorDecl.on_chip`: intermediates the compiler
-    keeps, a pipeline stage's cached weights): no HBM traffic, and their same-layout hand-offs
-    move nothing (see `_dma_facts`). `facts`, `operands` (its reads and writes): the
-    instruction's, if known."""
-    if facts is None:
-        facts = instruction_facts(ins, core, ports)
-    plan = Plan()
-    reads, writes = operands if operands is not None else (ins.reads(), ins.writes())
-    region = regions.region
-    read_regions = [region(ap) for ap in reads]
-    write_regions = [region(ap) for ap in writes]
-    plan.reads = tuple([r.uid for r in read_regions])
-    plan.writes = tuple([r.uid for r in write_regions])
-    plan.read_neighbors = tuple([r.neighbor_ids for r in read_regions])
-    plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
-    plan.flops = facts.flops
-    plan.precision = facts.precision
-    if on_chip and (facts.hbm_read or facts.hbm_write):
-        plan.hbm_read, plan.hbm_write = _hbm_traffic(ins, reads, writes, on_chip)
-    else:
-        plan.hbm_read, plan.hbm_write = facts.hbm_read, facts.hbm_write
-    plan.code = facts.code
-    plan.nbytes = facts.nbytes
-    if plan.code == -1:
-        hand_off = (_hand_off(reads, writes, on_chip, core.partitions)
-                    if on_chip and isinstance(ins, DmaCopy) and not ins.accumulate else None)
-        if hand_off == "cast":
-            return _engine_cast(plan, reads, writes, core, ports)
-        in_place = hand_off == "same"
-        work = facts.dma_work
-        hbm_bytes = plan.hbm_read + plan.hbm_write
-        plan.dma = DmaPlan(0.0 if in_place else work, facts.dma_engines,
-                           hbm_bytes / work if work > 0 else 0.0, facts.dma_queue, in_place)
-        return plan
-    plan.busy, plan.latency = facts.busy, facts.latency
-    plan.is_load, plan.is_multiply, plan.is_matmul = facts.is_load, facts.is_multiply, facts.is_matmul
-    plan.ports = facts.ports
-    return plan
-
-
-def _dma_facts(ins: Instruction, core, reads: tuple[AccessPattern, ...],
-               writes: tuple[AccessPattern, ...], facts: InstructionFacts) -> None:
-    """Engine-time from the instruction's `transfer(core)`; the spread over engines from the
-    on-chip side's partitions (``partitions_per_engine`` each, at most all engines).
-
-    A DMA between SBUF and a tensor the compiler keeps on chip (`TensorDecl.on_chip`) moves no
-    HBM bytes. When it also keeps the layout the producer stored (rows on partitions: each
-    partition's elements one contiguous run of the tensor, row r on partition r mod 128) and the
-    dtype, it is an in-place hand-off: the producer's tile is the consumer's, so no data moves
-    (`DmaPlan.in_place`, decided per program by `build_plan`); when it keeps the layout but casts,
-    a compute engine does it (`_engine_cast`). Any other access re-lays out the data and is
-    charged as an SBUF-to-SBUF DMA."""
-    dma = core.dma
-    queue = getattr(ins, "queue", None)
-    if queue is not None and not 0 <= queue < dma.queues_per_engine:
-        ins.fail(InvalidArgumentError(f"{ins.name}: DMA queue {queue} does not exist on {core.name} "
-                                      f"(queues 0..{dma.queues_per_engine - 1})"))
-    transfer = getattr(ins, "transfer", None)
-    if transfer is not None:
-        moved = transfer(core)
-        work, facts.nbytes = moved.engine_ns(core), moved.nbytes
-    else:  # a DMA-engine instruction without a transfer model: its cost alone on one engine
-        work = ins.cost(core).busy_ns - dma.start_latency_ns
-        facts.nbytes = max((ap.nbytes for ap in (*reads, *writes)), default=0)
-    sides = [ap.partitions for ap in (*writes, *reads) if ap.memory is not Memory.HBM]
-    partitions = sides[0] if sides else (writes[0].partitions if writes else 1)
-    engines = min(dma.engines, max(1, -(-partitions // dma.partitions_per_engine)))
-    work = max(float(work), 0.0)
-    if work > 0 and facts.nbytes < engines * dma.ideal_transfer_bytes:
-        work += engines * dma.transfer_overhead_ns  # a small transfer: its overhead shows
-    facts.dma_work, facts.dma_engines, facts.dma_queue = work, engines, queue
-
-
-def _hand_off(reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-              on_chip: Mapping[str, int], partitions: int) -> str | None:
-    """A plain copy whose HBM-declared operands are all on chip, each read or written one
-    partition's run at a time, with SBUF on the other side (see `_dma_facts`): "same" when
-    nothing changes (in place), "cast" when only the dtype does; None otherwise (data moves
-    across partitions or to or from HBM: a DMA)."""
-    operands = (*reads, *writes)
-    declared = [ap for ap in operands if ap.memory is Memory.HBM]
-    if not declared or any(ap.tensor not in on_chip for ap in declared):
-        return None
-    sides = [ap for ap in operands if ap.memory is Memory.SBUF]
-    if not sides:
-        return None
-    lane = sides[0].partition_start
-    for ap in declared:
-        per_partition = ap.nbytes // max(ap.partitions, 1)
-        if contiguous_run_bytes(dataclasses.replace(ap, partitions=1)) < per_partition:
-            return None
-        # row r of the tensor sits on partition r mod 128 (rows on partitions, as stored): the
-        # SBUF side must start on the first row's partition, else the data crosses lanes
-        start = on_chip[ap.tensor]
-        row = (ap.offset - start) // ap.dtype.itemsize // ap.partition_step \
-            if ap.partition_step else 0
-        if (row - lane) % partitions:
-            return None
-    return "cast" if len({ap.dtype for ap in operands}) > 1 else "same"
-
-
-def _engine_cast(plan: Plan, reads: tuple[AccessPattern, ...],
-                 writes: tuple[AccessPattern, ...], core, ports: PortTable) -> Plan:
-    """A cast of an on-chip tensor in its own layout: SBUF to SBUF, partition by partition. The
-    compiler does it with a compute engine's copy, not the DMA engines ("if both src and dst
-    tiles are in SBUF, consider using nisa.tensor_copy instead for better performance",
-    nki.isa.dma_copy; tensor_copy runs on VectorE or GpSimd on NeuronCore-v2). trnsim puts it on
-    GpSimd, which a compiled model otherwise leaves idle (VectorE and ScalarE carry its norms,
-    softmax and PSUM evictions), at `TensorCopy`'s cost; its dependencies are the DMA's own."""
-    from trnsim.isa import TensorCopy
-
-    engine = Engine.GPSIMD if core.gpsimd is not None else Engine.VECTOR
-    dst = next((ap for ap in writes if ap.memory is Memory.SBUF), None)
-    src = next((ap for ap in reads if ap.memory is Memory.SBUF), None)
-    if dst is None:  # SBUF -> on-chip tensor: the on-chip tensor takes the SBUF side's layout
-        dst = dataclasses.replace(src, dtype=writes[0].dtype)
-    if src is None:
-        src = dataclasses.replace(dst, dtype=reads[0].dtype)
-    cost = TensorCopy(dst=dst, src=src, engine=engine).cost(core)
-    plan.code = STREAM_OF_ENGINE[engine]
-    plan.busy, plan.latency = float(cost.busy_ns), float(max(cost.latency_ns, cost.busy_ns))
-    plan.ports = ports.held_by(plan.code, {Memory.SBUF})
-    return plan

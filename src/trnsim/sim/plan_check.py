@@ -1,8 +1,10 @@
 """`TRNSIM_PLAN=check`: a program planned per pattern equals it planned per instruction.
 
 Plans a repeated span took from its source span (`isa.Repeats`) are checked too: each must be
-the object the instruction's own look-up finds (`compare_repeats`), and the reference plans
-every instruction by look-up, so uids (the order plans were made in) must agree as well.
+the object the instruction's own look-up finds (`compare_repeats`); each plan derived from its
+source's for a varying (HBM-touching) instruction must equal the plan a full build (`check`,
+its own facts, `build_plan`) makes of it (`compare_derived`); and the reference plans every
+instruction by look-up, so uids (the order plans were made in) must agree as well.
 
 The planner finds an instruction's `InstructionFacts` (cost, transfer, FLOPs, HBM bytes, ports)
 once per pattern (`trnsim.sim.plan.Planner.pattern`: its operands without their addresses) and
@@ -19,7 +21,8 @@ import struct
 from trnsim.errors import TrnsimError
 from trnsim.isa import Program
 from trnsim.sim.collector import collector_paused
-from trnsim.sim.plan import Plan, Planner
+from trnsim.sim.plan import Planner
+from trnsim.sim.plan_build import Plan, build_plan, instruction_facts
 
 _FIELDS = ("uid", "code", "busy", "latency", "flops", "precision", "nbytes", "hbm_read",
            "hbm_write", "is_load", "is_multiply", "is_matmul", "reads", "writes",
@@ -45,8 +48,7 @@ def compare_plans(program: Program, core, plans: list[Plan]) -> None:
     for index, (got, want) in enumerate(zip(plans, expected, strict=True)):
         if plan_fields(got) != plan_fields(want):
             ins = program.instructions[index]
-            diff = [name for name, a, b in zip(_FIELDS + _DMA_FIELDS, plan_fields(got),
-                                               plan_fields(want), strict=True) if a != b]
+            diff = _differing(got, want)
             raise PlanMismatchError(f"{program.name}: instruction {index} ({ins.name}, "
                                     f"{ins.source or 'no source'}) planned per pattern differs "
                                     f"from per instruction in {', '.join(diff)}")
@@ -77,12 +79,45 @@ def compare_repeats(program: Program, planner: Planner, plans: list[Plan]) -> No
                                         f"repeat, not the plan its look-up finds")
 
 
+def compare_derived(program: Program, planner: Planner, plans: list[Plan]) -> None:
+    """Every plan `planner` derived from a repeated span's source (`Planner.derived`) equals,
+    field by field, the plan of its instruction built in full: checked, its facts from the
+    instruction itself, its regions looked up (all found already, so their uids agree)."""
+    derived = set(planner.derived_uids)
+    if not derived:
+        return
+    core, instructions = planner.core, program.instructions
+    on_chip = planner.on_chip(program)
+    try:
+        for index, plan in enumerate(plans):
+            if plan.uid not in derived:
+                continue
+            derived.discard(plan.uid)
+            ins = instructions[index]
+            ins.check(core)
+            full = build_plan(ins, core, planner.regions, planner.ports, on_chip=on_chip,
+                              facts=instruction_facts(ins, core, planner.ports))
+            full.uid = plan.uid
+            if plan_fields(plan) != plan_fields(full):
+                diff = _differing(plan, full)
+                raise PlanMismatchError(f"{program.name}: instruction {index} ({ins.name}, "
+                                        f"{ins.source or 'no source'}) derived from its repeat's "
+                                        f"source differs from its full build in {', '.join(diff)}")
+    finally:
+        planner.forget_program()
+
+
 def plan_fields(plan: Plan) -> tuple:
     """Every timing-relevant field of a plan (and its DMA plan), floats as their bits."""
     dma = plan.dma
     values = [getattr(plan, name) for name in _FIELDS]
     values += [getattr(dma, name) for name in _DMA_FIELDS] if dma is not None else [None] * 5
     return tuple(_bits(v) for v in values)
+
+
+def _differing(got: Plan, want: Plan) -> list[str]:
+    return [name for name, a, b in zip(_FIELDS + _DMA_FIELDS, plan_fields(got),
+                                       plan_fields(want), strict=True) if a != b]
 
 
 def _bits(value):
