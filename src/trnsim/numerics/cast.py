@@ -153,6 +153,8 @@ def _as_f32(src: np.ndarray) -> np.ndarray:
 def _row_major_with_gaps(src: np.ndarray) -> bool:
     """Axes in row-major order (so the cast's result is C-ordered either way) with a gap along
     the last one."""
+    if not src.ndim or src.strides[-1] == src.dtype.itemsize:  # the common case: rows dense
+        return False
     strides = [step for step, size in zip(src.strides, src.shape, strict=True) if size > 1]
     return (bool(strides) and strides[-1] != src.dtype.itemsize
             and all(outer >= inner > 0 for outer, inner in pairwise(strides))
@@ -192,6 +194,8 @@ def to_compute(array: Any, dt: DTypeLike | None = None) -> np.ndarray:
     returned as is, whatever `dt` says).
     """
     src = np.asarray(array)
+    if src.dtype == np.float32:  # an engine's own fp32 data: nothing to check or convert
+        return src
     if dt is not None:
         declared = dtype(dt)
         if declared.element is not None and src.dtype == declared.np_dtype:
