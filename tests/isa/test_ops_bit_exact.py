@@ -75,7 +75,12 @@ def test_chunked_activation_is_bit_identical_to_the_whole_tile_formula(name, ref
         got = ACTIVATIONS[name](x)
         tile = ACTIVATIONS[name](x[: 128 * 4096].reshape(128, 4096)[:, ::3])  # strided 2-D view
         small = ACTIVATIONS[name](x[:100])
+        fortran = x[: 512 * 300].reshape(512, 300).T  # an F-ordered tile: the result keeps it
+        want_f = reference(fortran)
+        got_f = ACTIVATIONS[name](fortran)
     assert_same_bits(got, want)
     assert_same_bits(tile, want[: 128 * 4096].reshape(128, 4096)[:, ::3])
     assert_same_bits(small, want[:100])
+    assert_same_bits(got_f, want_f)
+    assert got_f.strides == want_f.strides == (4, 1200)
     assert got.dtype == np.float32 and tile.shape == (128, 1366)

@@ -189,7 +189,9 @@ _CHUNK = 32768
 
 def _in_chunks(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
     """Run an elementwise float32 function over `_CHUNK`-element pieces of its input: the same
-    operations on every element, so the same bits, with cache-sized temporaries."""
+    operations on every element, so the same bits, with cache-sized temporaries. The result
+    keeps the input's memory order, as the whole-tile formula's did (a later reduction's
+    summation order follows it)."""
     def run(x) -> Array:
         x = _f32(x)
         if x.size <= _CHUNK:
@@ -198,7 +200,11 @@ def _in_chunks(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
         out = np.empty(flat.shape, np.float32)
         for start in range(0, flat.size, _CHUNK):
             out[start:start + _CHUNK] = fn(flat[start:start + _CHUNK])
-        return out.reshape(x.shape)
+        if x.flags.c_contiguous:
+            return out.reshape(x.shape)
+        shaped = np.empty_like(x)
+        shaped[...] = out.reshape(x.shape)
+        return shaped
     run.__name__ = fn.__name__
     return run
 
