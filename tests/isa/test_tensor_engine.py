@@ -120,3 +120,30 @@ def test_v2_transpose_equals_the_identity_matmul_it_stands_for():
         nan = np.isnan(expected)
         assert np.array_equal(np.isnan(got), nan)
         assert np.array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
+
+
+@pytest.mark.parametrize("m,n", [(128, 512), (2, 3), (64, 1), (1, 64), (1, 1)])
+def test_fp32_matmul_is_np_matmul_bit_for_bit_for_one_partition(m, n):
+    """K = 1 (bias broadcasts) skips numpy's element loop for an outer product plus +0: the
+    bits must be np.matmul's, signed zeros, subnormals, overflow, Inf and NaN included."""
+    from trnsim.isa.tensor_engine import fp32_matmul
+
+    rng = np.random.default_rng(11)
+    specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-30, -1e-30, 3e38, -3e38, np.inf, -np.inf,
+                         np.nan, 1.0, -1.0, 1.17549435e-38], np.float32)
+
+    def operand(size):
+        values = rng.standard_normal(size).astype(np.float32) * np.float32(10) ** rng.integers(-30, 30, size)
+        values[: min(size, specials.size)] = specials[: min(size, specials.size)]
+        return rng.permutation(values.astype(np.float32)).reshape(1, size)
+
+    for _ in range(20):
+        a, b = operand(m), operand(n)
+        with np.errstate(all="ignore"):
+            want, got = np.matmul(a.T, b), fp32_matmul(a, b)
+        assert got.dtype == np.float32 and got.shape == (m, n)
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert (np.signbit(fp32_matmul(np.float32([[-1.0, 1.0]]), np.float32([[0.0, 2.0]]))) ==
+            np.signbit(np.matmul(np.float32([[-1.0], [1.0]]), np.float32([[0.0, 2.0]])))).all()

@@ -26,6 +26,7 @@ import numpy as np
 from trnsim.errors import InvalidArgumentError, UnsupportedError
 from trnsim.isa.access import AccessPattern, Memory
 from trnsim.isa.instruction import Cost, Engine, ExecutionState, Instruction, cycles_to_ns, streaming_cost
+from trnsim.isa.tensor_engine import fp32_matmul
 from trnsim.numerics import cast, mx_scale, pack_x4, unpack_x4
 
 GROUP_PARTITIONS = 8  # a scaling group spans 8 partitions ...
@@ -168,8 +169,7 @@ class MultiplyMovingMx(Instruction):
         moving = dequantize(state, self.moving, self.scale)
         if stationary is None or stationary.shape[0] != moving.shape[0]:
             self.fail(InvalidArgumentError(f"{self.name}: no matching MX stationary tile loaded"))
-        result = np.matmul(stationary.astype(np.float32, copy=False).T,
-                           moving.astype(np.float32, copy=False)).reshape(self.dst.shape)
+        result = fp32_matmul(stationary, moving).reshape(self.dst.shape)
         if self.accumulate:
             state.accumulate(self.dst, result)
         else:

@@ -49,6 +49,24 @@ def matmul_rate(core, *dtypes, perf_mode: str | None = None) -> float:
     return min(rates)
 
 
+def fp32_matmul(stationary: np.ndarray, moving: np.ndarray) -> np.ndarray:
+    """``stationary.T @ moving`` in fp32, bit for bit as ``np.matmul`` computes it.
+
+    The operands are float32 already (`_tensor_input`): plain matmul takes BLAS's fast path,
+    where ``dtype=`` would run numpy's slower casting loop for the same fp32 products. A
+    contraction over one partition (a column times a row) is not a BLAS call in numpy but an
+    element loop computing ``0 + a * b``; the outer product plus +0 is the same bits (a -0
+    product becomes +0) several times faster.
+    """
+    stationary = stationary.astype(np.float32, copy=False)
+    moving = moving.astype(np.float32, copy=False)
+    if stationary.shape[0] == 1 and stationary.shape[1] > 1 and moving.shape[1] > 1:
+        result = np.multiply.outer(stationary[0], moving[0])
+        result += np.float32(0.0)
+        return result
+    return np.matmul(stationary.T, moving)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoadStationary(Instruction):
     """Load the stationary tile [K, M] into the PE array (fast LS: about M/4 cycles)."""
@@ -154,10 +172,7 @@ class MultiplyMoving(Instruction):
         if stationary.shape[0] != moving.shape[0]:
             self.fail(InvalidArgumentError(f"{self.name}: loaded stationary has K={stationary.shape[0]}, "
                                            f"moving has K={moving.shape[0]}"))
-        # operands are float32 already (`_tensor_input`): plain matmul takes BLAS's fast path,
-        # where ``dtype=`` would run numpy's slower casting loop for the same fp32 products
-        result = np.matmul(stationary.astype(np.float32, copy=False).T,
-                           moving.astype(np.float32, copy=False)).reshape(self.dst.shape)
+        result = fp32_matmul(stationary, moving).reshape(self.dst.shape)
         if self.accumulate:
             state.accumulate(self.dst, result)
         else:
@@ -220,9 +235,8 @@ class TensorTranspose(SrcToDst):
             self.fail(InvalidArgumentError(f"{self.name}: TensorE transposes into PSUM"))
 
     def execute(self, state: ExecutionState) -> None:
-        src = state.read(self.src).reshape(self.src.partitions, -1)
-        core = state.core
-        if core.version >= 3 and self.dst.dtype.itemsize == self.src.dtype.itemsize:
+        if state.core.version >= 3 and self.dst.dtype.itemsize == self.src.dtype.itemsize:
+            src = state.read(self.src).reshape(self.src.partitions, -1)
             state.write(self.dst, src.T.reshape(self.dst.shape))  # transpose mode: bit exact
             return
         values = state.read_compute(self.src).reshape(self.src.partitions, -1)

@@ -17,6 +17,7 @@ saturate (exact inside the range). Anything -> bool_: nonzero is True.
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -133,8 +134,31 @@ def cast(array: Any, dt: DTypeLike, rounding: str | None = None, rng: CounterRNG
     return src != 0
 
 
+_BITS = {1: np.uint8, 2: np.uint16}
+
+
 def _as_f32(src: np.ndarray) -> np.ndarray:
-    return src if src.dtype == np.float32 else src.astype(np.float32)
+    """float32 values of `src`. A narrow array strided along its last axis (a tile read every
+    few elements) is first copied as raw bits: ml_dtypes' own strided cast loop is several
+    times slower than the copy plus its contiguous loop, and the conversion per element is the
+    same, so are the bits."""
+    if src.dtype == np.float32:
+        return src
+    bits = _BITS.get(src.dtype.itemsize)
+    if bits is not None and _row_major_with_gaps(src):
+        src = np.ascontiguousarray(src.view(bits)).view(src.dtype)
+    return src.astype(np.float32)
+
+
+def _row_major_with_gaps(src: np.ndarray) -> bool:
+    """Axes in row-major order (so the cast's result is C-ordered either way) with a gap along
+    the last one."""
+    if not src.ndim or src.strides[-1] == src.dtype.itemsize:  # the common case: rows dense
+        return False
+    strides = [step for step, size in zip(src.strides, src.shape, strict=True) if size > 1]
+    return (bool(strides) and strides[-1] != src.dtype.itemsize
+            and all(outer >= inner > 0 for outer, inner in pairwise(strides))
+            and strides[-1] > 0)
 
 
 def _to_float(src: np.ndarray, target: DType, mode: str, rng: CounterRNG | None) -> np.ndarray:
@@ -170,6 +194,8 @@ def to_compute(array: Any, dt: DTypeLike | None = None) -> np.ndarray:
     returned as is, whatever `dt` says).
     """
     src = np.asarray(array)
+    if src.dtype == np.float32:  # an engine's own fp32 data: nothing to check or convert
+        return src
     if dt is not None:
         declared = dtype(dt)
         if declared.element is not None and src.dtype == declared.np_dtype:
