@@ -16,7 +16,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import AccessPattern, Engine, Memory
-from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute
+from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute, widen_f32
 from trnsim.sim.memory import HbmSpace, MemoryViews, on_chip_memory, release
 
 
@@ -46,7 +46,7 @@ class CoreState:
         view = self._pair(ap)[1]
         if ap.dtype.element is not None:  # x4 storage: `to_compute` unpacks
             return to_compute(view, ap.dtype)
-        return view if view.dtype == np.float32 else view.astype(np.float32)
+        return view if view.dtype == np.float32 else widen_f32(view)  # strided: bits first
 
     def _writable(self, ap: AccessPattern) -> np.ndarray:
         view = self._pair(ap)[0]
