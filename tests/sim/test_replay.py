@@ -184,3 +184,26 @@ def test_an_error_in_a_replayed_run_names_its_instruction(monkeypatch):
         simulate(program, {"x": x})
     assert not steps  # replayed: nothing stepped, the error still located
     assert raised.value.source == "model.py:7"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "tfloat32"])
+def test_fp32_out_is_the_writable_view_only_where_a_write_stores_float32_unchanged(dtype):
+    """`CoreState.fp32_out`: instructions compute into it instead of `write`; only float32
+    destinations qualify (bfloat16 rounds, tfloat32 drops mantissa bits), and only as a view."""
+    from trnsim import hardware
+    from trnsim.isa import Memory
+    from trnsim.sim.memory import HbmSpace
+    from trnsim.sim.state import CoreState
+
+    chip = hardware.chip("trn1")
+    state = CoreState(chip.core, HbmSpace(chip.memory_bytes), {})
+    tile = builder().tile((8, 4, 4), dtype, memory=Memory.PSUM)
+    out = state.fp32_out(tile, (8, 16))
+    if dtype != "float32":
+        assert out is None
+    else:
+        out[...] = np.arange(128, dtype=np.float32).reshape(8, 16)
+        np.testing.assert_array_equal(state.read(tile).reshape(8, 16), out)
+        assert np.shares_memory(out, state.read(tile))
+        assert state.fp32_out(tile, (16, 8)) is None  # across partitions: only a copy has it
+    state.release()

@@ -68,6 +68,20 @@ class CoreState:
             raise InvalidArgumentError(f"cannot store a result of shape {list(array.shape)} into "
                                        f"{ap.describe()} (shape {list(ap.shape)})") from None
 
+    def fp32_out(self, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray | None:
+        """`ap`'s writable view as `shape` when `ap` stores float32 (not tfloat32) and the view
+        takes that shape without a copy, else None. `write` stores float32 values into such a
+        destination unchanged, so computing into it with numpy's ``out=`` gives the same bits
+        without the temporary and its copy."""
+        if ap.dtype.name != "float32":
+            return None
+        view = self._writable(ap).view()
+        try:
+            view.shape = shape  # raises where only a copy would have that shape
+        except (AttributeError, ValueError):
+            return None
+        return view
+
     def accumulate(self, ap: AccessPattern, values) -> None:
         view = self._writable(ap)
         if ap.dtype.name == "float32":
