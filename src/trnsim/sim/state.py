@@ -59,11 +59,17 @@ class CoreState:
         view = self._writable(ap)
         dt = ap.dtype
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
-        if array.dtype != view.dtype or dt.name == "tfloat32":
+        # fp32 -> bf16 under RNE: `rne_from_f32`'s cast straight into the view, no temporary
+        direct = array.dtype == np.float32 and dt.name == "bfloat16" and self.rounding == "rne"
+        if not direct and (array.dtype != view.dtype or dt.name == "tfloat32"):
             array = cast(array, dt, rounding=self.rounding,
                          rng=self._sr_rng if self.rounding == "stochastic" else None)
         try:
-            view[...] = array
+            if direct:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    np.copyto(view, array, casting="unsafe")
+            else:
+                view[...] = array
         except ValueError:
             raise InvalidArgumentError(f"cannot store a result of shape {list(array.shape)} into "
                                        f"{ap.describe()} (shape {list(ap.shape)})") from None
