@@ -39,6 +39,9 @@ class ArrayState:
     def accumulate(self, ap, values):
         self.arrays[ap] = (self.read_compute(ap) + values).astype(np.float32)
 
+    def fp32_out(self, ap, shape):
+        return None  # no shared storage: compute, then write
+
     def engine_state(self, engine):
         return self.engines.setdefault(engine, {})
 

@@ -147,3 +147,81 @@ def test_fp32_matmul_is_np_matmul_bit_for_bit_for_one_partition(m, n):
         np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
     assert (np.signbit(fp32_matmul(np.float32([[-1.0, 1.0]]), np.float32([[0.0, 2.0]]))) ==
             np.signbit(np.matmul(np.float32([[-1.0], [1.0]]), np.float32([[0.0, 2.0]])))).all()
+
+
+def _psum_like(shape, row_stride=49152, fill=7.0):
+    """A float32 [rows, cols] view with PSUM's gap between rows (a partition's bank row)."""
+    rows, cols = shape
+    buffer = np.full(rows * row_stride + cols, np.float32(fill), np.float32)
+    return np.lib.stride_tricks.as_strided(buffer, shape, (row_stride * 4, 4))
+
+
+def _operands(rng, k, m, n):
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -3e38, 3e38], np.float32)
+    a = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    for x in (a, b):
+        flat = x.reshape(-1)
+        count = min(4, flat.size)
+        flat[rng.integers(flat.size, size=count)] = specials[rng.integers(specials.size, size=count)]
+    b[:, 0] = -0.0
+    return a, b
+
+
+@pytest.mark.parametrize("k,m,n", [(128, 128, 512), (128, 64, 3), (7, 5, 9), (1, 64, 96), (1, 2, 2),
+                                   (128, 1, 64), (128, 64, 1), (3, 1, 1)])
+def test_fp32_matmul_into_a_psum_view_is_the_same_bits(k, m, n):
+    """MultiplyMoving computes straight into the PSUM view (`out=`) only where BLAS takes it as
+    its C matrix; the bits must equal computing into a fresh array, NaN/Inf/-0 included; other
+    shapes return a fresh result and leave `out` alone."""
+    from trnsim.isa.tensor_engine import fp32_matmul
+
+    rng = np.random.default_rng(k * 1000 + m * 10 + n)
+    for _ in range(5):
+        a, b = _operands(rng, k, m, n)
+        out = _psum_like((m, n))
+        with np.errstate(all="ignore"):
+            want, got = fp32_matmul(a, b), fp32_matmul(a, b, out)
+        assert got.view(np.uint32).tobytes() == np.ascontiguousarray(want).view(np.uint32).tobytes()
+        if m > 1 and n > 1:
+            assert got is out
+        else:
+            assert got is not out and (out == 7.0).all()
+
+
+def test_fp32_matmul_does_not_hand_a_non_blas_output_to_numpy():
+    """numpy computes into an output BLAS cannot take with its own loop (another summation
+    order), so such an `out` is left alone and the result is fresh."""
+    from trnsim.isa.tensor_engine import fp32_matmul
+
+    a, b = _operands(np.random.default_rng(3), 128, 32, 48)
+    gapped = np.full((32, 96), 7.0, np.float32)[:, ::2]  # column stride 8 bytes
+    with np.errstate(all="ignore"):
+        got, want = fp32_matmul(a, b, gapped), fp32_matmul(a, b)
+    assert got is not gapped and (gapped == 7.0).all()
+    assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+@pytest.mark.parametrize("p,f", [(128, 128), (64, 3), (1, 17), (5, 1)])
+def test_v2_transpose_into_a_psum_view_is_the_same_bits(p, f):
+    """`identity_matmul_transpose(values, out)`: same bits as into a fresh array (Inf rows, NaN,
+    -0 -> +0), in a strided view and in place over its own input (the scan comes first)."""
+    from trnsim.isa.tensor_engine import identity_matmul_transpose
+
+    rng = np.random.default_rng(p + f)
+    for trial in range(6):
+        values, _ = _operands(rng, p, f, 1)
+        if trial % 2:
+            values[:] = rng.standard_normal((p, f)).astype(np.float32)  # the all-finite path
+        with np.errstate(all="ignore"):
+            want = identity_matmul_transpose(values)
+            out = _psum_like((f, p))
+            got = identity_matmul_transpose(values, out)
+        assert got is out
+        assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    if p == f:  # out overlapping values: PSUM transposed onto itself
+        values, _ = _operands(rng, p, f, 1)
+        with np.errstate(all="ignore"):
+            want = identity_matmul_transpose(values.copy())
+            got = identity_matmul_transpose(values, values)
+        assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()

@@ -1,12 +1,13 @@
-"""`to_compute` copies a narrow tile strided along its last axis as raw bits before widening it
-(speed); every bit pattern of every 1- and 2-byte format must widen exactly as the direct cast
-does, NaN payloads included, with the same memory layout."""
+"""`to_compute` and `widen_f32` (what `CoreState.read_compute` widens SBUF/PSUM reads with) copy
+a narrow tile strided along its last axis as raw bits before widening it (speed); every bit
+pattern of every 1- and 2-byte format must widen exactly as the direct cast does, NaN payloads
+included, with the same memory layout."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from trnsim.numerics import to_compute
+from trnsim.numerics import to_compute, widen_f32
 
 NARROW = [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3,
           ml_dtypes.float8_e5m2, np.int8, np.uint8, np.int16, np.uint16]
@@ -26,10 +27,11 @@ def _every_pattern(np_dtype) -> np.ndarray:
                                   lambda a: a.reshape(-1, 8, 64)[:, ::2, ::2],
                                   lambda a: a[:, :1], lambda a: a.T, lambda a: a[:, ::-2],
                                   lambda a: a[:, :100]])
-def test_strided_widening_equals_the_direct_cast(np_dtype, view):
+@pytest.mark.parametrize("widen", [to_compute, widen_f32], ids=lambda f: f.__name__)
+def test_strided_widening_equals_the_direct_cast(np_dtype, view, widen):
     tile = view(_every_pattern(np_dtype))
     want = tile.astype(np.float32)
-    got = to_compute(tile)
+    got = widen(tile)
     assert got.dtype == np.float32 and got.shape == want.shape and got.strides == want.strides
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 

@@ -48,6 +48,9 @@ class DictState:
     def accumulate(self, ap, values):
         self.arrays[ap] = self.arrays[ap] + values
 
+    def fp32_out(self, ap, shape):
+        return None  # no shared storage: compute, then write
+
     def engine_state(self, engine):
         return self.scratch.setdefault(engine, {})
 

@@ -184,3 +184,57 @@ def test_an_error_in_a_replayed_run_names_its_instruction(monkeypatch):
         simulate(program, {"x": x})
     assert not steps  # replayed: nothing stepped, the error still located
     assert raised.value.source == "model.py:7"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "tfloat32"])
+def test_fp32_out_is_the_writable_view_only_where_a_write_stores_float32_unchanged(dtype):
+    """`CoreState.fp32_out`: instructions compute into it instead of `write`; only float32
+    destinations qualify (bfloat16 rounds, tfloat32 drops mantissa bits), and only as a view."""
+    from trnsim import hardware
+    from trnsim.isa import Memory
+    from trnsim.sim.memory import HbmSpace
+    from trnsim.sim.state import CoreState
+
+    chip = hardware.chip("trn1")
+    state = CoreState(chip.core, HbmSpace(chip.memory_bytes), {})
+    tile = builder().tile((8, 4, 4), dtype, memory=Memory.PSUM)
+    out = state.fp32_out(tile, (8, 16))
+    if dtype != "float32":
+        assert out is None
+    else:
+        out[...] = np.arange(128, dtype=np.float32).reshape(8, 16)
+        np.testing.assert_array_equal(state.read(tile).reshape(8, 16), out)
+        assert np.shares_memory(out, state.read(tile))
+        assert state.fp32_out(tile, (16, 8)) is None  # across partitions: only a copy has it
+    state.release()
+
+
+def test_fp32_to_bf16_write_is_the_rne_cast_bit_for_bit():
+    """`CoreState.write` casts fp32 into a bfloat16 view directly (no temporary): the bits must
+    be `cast(..., rounding="rne")`'s for every bf16 rounding case (ties, carries into the
+    exponent, overflow to Inf, NaN payloads, subnormals, signed zeros), broadcasting included.
+    (All 2^32 float32 patterns were checked once against astype offline; this samples them.)"""
+    from trnsim import hardware
+    from trnsim.errors import InvalidArgumentError
+    from trnsim.numerics import cast
+    from trnsim.sim.memory import HbmSpace
+    from trnsim.sim.state import CoreState
+
+    chip = hardware.chip("trn1")
+    state = CoreState(chip.core, HbmSpace(chip.memory_bytes), {})
+    state.rounding = "rne"
+    tile = builder().tile((128, 512), "bfloat16")
+    rng = np.random.default_rng(5)
+    high = rng.integers(0, 1 << 16, 128 * 512, dtype=np.uint32) << np.uint32(16)
+    low = rng.choice(np.uint32([0, 0x7FFF, 0x8000, 0x8001, 0xFFFF]), 128 * 512)
+    bits = (high | low).reshape(128, 512)
+    values = bits.view(np.float32)
+    state.write(tile, values)
+    with np.errstate(all="ignore"):
+        want = cast(values, "bfloat16", rounding="rne")
+    assert state.read(tile).view(np.uint16).tobytes() == want.view(np.uint16).tobytes()
+    state.write(tile, values[:1])  # one row broadcast over the partitions
+    assert (state.read(tile).view(np.uint16) == want[:1].view(np.uint16)).all()
+    with pytest.raises(InvalidArgumentError, match="cannot store"):
+        state.write(tile, values[:, :3])
+    state.release()

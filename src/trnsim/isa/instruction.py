@@ -78,6 +78,10 @@ class ExecutionState(Protocol):
     def accumulate(self, ap: AccessPattern, values: np.ndarray) -> None:
         """PSUM near-memory read-add-write in fp32."""
 
+    def fp32_out(self, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray | None:
+        """A writable float32 view of ap's storage as `shape` to compute into (``out=``), or None
+        (then compute and `write`): only where storing float32 values would not change them."""
+
     def engine_state(self, engine: Engine) -> dict:
         """Per-engine scratch state (TensorE's loaded stationary tile, RNG state, ...)."""
 

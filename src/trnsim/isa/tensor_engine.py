@@ -49,21 +49,38 @@ def matmul_rate(core, *dtypes, perf_mode: str | None = None) -> float:
     return min(rates)
 
 
-def fp32_matmul(stationary: np.ndarray, moving: np.ndarray) -> np.ndarray:
+def _blas_output(out: np.ndarray | None) -> np.ndarray | None:
+    """`out` if numpy's matmul would hand it to BLAS as its C matrix (a row-major 2-D float32
+    view with unit column stride and a row stride of at least a row; leading dimension is the
+    only difference from a fresh array, and the products are the same bits), else None: any
+    other output makes numpy fall back to its own loop, which sums in another order."""
+    if out is None or out.ndim != 2 or min(out.shape) < 2:
+        return None
+    row, col = out.strides
+    if col != 4 or row % 4 or row // 4 < out.shape[1] or not out.flags.aligned:
+        return None
+    return out
+
+
+def fp32_matmul(stationary: np.ndarray, moving: np.ndarray,
+                out: np.ndarray | None = None) -> np.ndarray:
     """``stationary.T @ moving`` in fp32, bit for bit as ``np.matmul`` computes it.
 
     The operands are float32 already (`_tensor_input`): plain matmul takes BLAS's fast path,
     where ``dtype=`` would run numpy's slower casting loop for the same fp32 products. A
     contraction over one partition (a column times a row) is not a BLAS call in numpy but an
     element loop computing ``0 + a * b``; the outer product plus +0 is the same bits (a -0
-    product becomes +0) several times faster.
+    product becomes +0) several times faster. `out` (shape [M, N], float32): where the result
+    goes, if the same bits can be computed there (`_blas_output`); the result is returned.
     """
     stationary = stationary.astype(np.float32, copy=False)
     moving = moving.astype(np.float32, copy=False)
     if stationary.shape[0] == 1 and stationary.shape[1] > 1 and moving.shape[1] > 1:
-        result = np.multiply.outer(stationary[0], moving[0])
+        result = np.multiply.outer(stationary[0], moving[0], out=out)
         result += np.float32(0.0)
         return result
+    if stationary.shape[1] > 1 and moving.shape[1] > 1:
+        return np.matmul(stationary.T, moving, out=_blas_output(out))
     return np.matmul(stationary.T, moving)
 
 
@@ -172,11 +189,13 @@ class MultiplyMoving(Instruction):
         if stationary.shape[0] != moving.shape[0]:
             self.fail(InvalidArgumentError(f"{self.name}: loaded stationary has K={stationary.shape[0]}, "
                                            f"moving has K={moving.shape[0]}"))
-        result = fp32_matmul(stationary, moving).reshape(self.dst.shape)
         if self.accumulate:
-            state.accumulate(self.dst, result)
-        else:
-            state.write(self.dst, result)
+            state.accumulate(self.dst, fp32_matmul(stationary, moving).reshape(self.dst.shape))
+            return
+        out = state.fp32_out(self.dst, (stationary.shape[1], moving.shape[1]))
+        result = fp32_matmul(stationary, moving, out)
+        if result is not out:
+            state.write(self.dst, result.reshape(self.dst.shape))
 
     def cost(self, core) -> Cost:
         rate = matmul_rate(core, self.stationary.dtype, self.moving.dtype, perf_mode=self.perf_mode)
@@ -195,18 +214,19 @@ class MultiplyMoving(Instruction):
         return 2 * self.m * self.n * self.k
 
 
-def identity_matmul_transpose(values: np.ndarray) -> np.ndarray:
+def identity_matmul_transpose(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``values.T @ eye(P)`` in fp32, as NeuronCore-v2's TensorE transposes, without the matmul.
 
     Output (f, p) sums ``values[q, f] * (q == p)`` over q from a +0 accumulator: it is
     ``values[p, f] + 0`` (so -0 becomes +0), unless another element of column f is Inf or NaN
-    (``Inf * 0`` is NaN) or values[p, f] is NaN, which make it NaN.
+    (``Inf * 0`` is NaN) or values[p, f] is NaN, which make it NaN. `out` (float32 [F, P]):
+    where the result goes (elementwise, so the same bits in any layout); it is returned.
     """
     values = values.astype(np.float32, copy=False)
-    result = values.T + np.float32(0.0)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        others = bad.sum(axis=0)[:, None] - bad.T  # non-finite elements of column f but (p, f)
+    bad = ~np.isfinite(values)  # before the add: `out` may overlap `values`
+    others = bad.sum(axis=0)[:, None] - bad.T if bad.any() else None  # others in column f
+    result = np.add(values.T, np.float32(0.0), out=out)
+    if others is not None:
         result[others > 0] = np.nan
     return result
 
@@ -240,7 +260,10 @@ class TensorTranspose(SrcToDst):
             state.write(self.dst, src.T.reshape(self.dst.shape))  # transpose mode: bit exact
             return
         values = state.read_compute(self.src).reshape(self.src.partitions, -1)
-        state.write(self.dst, identity_matmul_transpose(values).reshape(self.dst.shape))
+        out = state.fp32_out(self.dst, values.shape[::-1])
+        result = identity_matmul_transpose(values, out)
+        if out is None:
+            state.write(self.dst, result.reshape(self.dst.shape))
 
     def cost(self, core) -> Cost:
         p, f = self.src.partitions, self.src.free_size

@@ -24,6 +24,7 @@ from trnsim.numerics.cast import (
     default_rounding,
     round_tf32,
     to_compute,
+    widen_f32,
 )
 from trnsim.numerics.dtypes import DTYPES, DType, check_supported, dtype, dtype_of, names
 from trnsim.numerics.packing import mx_max_exponent, mx_scale, pack_x4, unpack_x4
@@ -51,4 +52,5 @@ __all__ = [
     "round_tf32",
     "to_compute",
     "unpack_x4",
+    "widen_f32",
 ]

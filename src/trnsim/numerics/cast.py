@@ -137,11 +137,12 @@ def cast(array: Any, dt: DTypeLike, rounding: str | None = None, rng: CounterRNG
 _BITS = {1: np.uint8, 2: np.uint16}
 
 
-def _as_f32(src: np.ndarray) -> np.ndarray:
-    """float32 values of `src`. A narrow array strided along its last axis (a tile read every
-    few elements) is first copied as raw bits: ml_dtypes' own strided cast loop is several
-    times slower than the copy plus its contiguous loop, and the conversion per element is the
-    same, so are the bits."""
+def widen_f32(src: np.ndarray) -> np.ndarray:
+    """float32 values of `src`: `to_compute` without its checks, for callers that know the
+    storage is plain. A narrow array strided along its last axis (a tile read every few
+    elements) is first copied as raw bits: ml_dtypes' own strided cast loop is several times
+    slower than the copy plus its contiguous loop, and the conversion per element is the same,
+    so are the bits."""
     if src.dtype == np.float32:
         return src
     bits = _BITS.get(src.dtype.itemsize)
@@ -164,7 +165,7 @@ def _row_major_with_gaps(src: np.ndarray) -> bool:
 def _to_float(src: np.ndarray, target: DType, mode: str, rng: CounterRNG | None) -> np.ndarray:
     if src.dtype == target.np_dtype and target.name != "tfloat32":
         return src
-    x32 = _as_f32(src)
+    x32 = widen_f32(src)
     if target.name == "float32":
         return x32
     if mode == "stochastic":
@@ -178,7 +179,7 @@ def _to_int(src: np.ndarray, target: DType) -> np.ndarray:
         return np.minimum(src, np.uint64(info.max)).astype(target.np_dtype)
     if src.dtype.kind in "iub":
         return np.clip(src.astype(np.int64), info.min, info.max).astype(target.np_dtype)
-    x = _as_f32(src).astype(np.float64)  # float64 holds every float32 and every int32 bound
+    x = widen_f32(src).astype(np.float64)  # float64 holds every float32 and every int32 bound
     x = np.rint(x)  # ties to even
     x = np.nan_to_num(x, nan=0.0, posinf=info.max, neginf=info.min)
     return np.clip(x, info.min, info.max).astype(target.np_dtype)
@@ -201,10 +202,10 @@ def to_compute(array: Any, dt: DTypeLike | None = None) -> np.ndarray:
         if declared.element is not None and src.dtype == declared.np_dtype:
             src = unpack_x4(src, declared)
     _source_kind(src, None)  # rejects non-numeric arrays
-    return _as_f32(src)
+    return widen_f32(src)
 
 
 def round_tf32(array: Any, rounding: str = "rne", rng: CounterRNG | None = None) -> np.ndarray:
     """float32 values with the mantissa rounded to 10 bits: what TensorE reads of a tfloat32
     operand. RNE unless `rounding` says "stochastic"."""
-    return cast(_as_f32(np.asarray(array)), _dt.tfloat32, rounding, rng, source=_dt.float32)
+    return cast(widen_f32(np.asarray(array)), _dt.tfloat32, rounding, rng, source=_dt.float32)

@@ -16,7 +16,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import AccessPattern, Engine, Memory
-from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute
+from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute, widen_f32
 from trnsim.sim.memory import HbmSpace, MemoryViews, on_chip_memory, release
 
 
@@ -46,7 +46,7 @@ class CoreState:
         view = self._pair(ap)[1]
         if ap.dtype.element is not None:  # x4 storage: `to_compute` unpacks
             return to_compute(view, ap.dtype)
-        return view if view.dtype == np.float32 else view.astype(np.float32)
+        return view if view.dtype == np.float32 else widen_f32(view)  # strided: bits first
 
     def _writable(self, ap: AccessPattern) -> np.ndarray:
         view = self._pair(ap)[0]
@@ -59,14 +59,34 @@ class CoreState:
         view = self._writable(ap)
         dt = ap.dtype
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
-        if array.dtype != view.dtype or dt.name == "tfloat32":
+        # fp32 -> bf16 under RNE: `rne_from_f32`'s cast straight into the view, no temporary
+        direct = array.dtype == np.float32 and dt.name == "bfloat16" and self.rounding == "rne"
+        if not direct and (array.dtype != view.dtype or dt.name == "tfloat32"):
             array = cast(array, dt, rounding=self.rounding,
                          rng=self._sr_rng if self.rounding == "stochastic" else None)
         try:
-            view[...] = array
+            if direct:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    np.copyto(view, array, casting="unsafe")
+            else:
+                view[...] = array
         except ValueError:
             raise InvalidArgumentError(f"cannot store a result of shape {list(array.shape)} into "
                                        f"{ap.describe()} (shape {list(ap.shape)})") from None
+
+    def fp32_out(self, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray | None:
+        """`ap`'s writable view as `shape` when `ap` stores float32 (not tfloat32) and the view
+        takes that shape without a copy, else None. `write` stores float32 values into such a
+        destination unchanged, so computing into it with numpy's ``out=`` gives the same bits
+        without the temporary and its copy."""
+        if ap.dtype.name != "float32":
+            return None
+        view = self._writable(ap).view()
+        try:
+            view.shape = shape  # raises where only a copy would have that shape
+        except (AttributeError, ValueError):
+            return None
+        return view
 
     def accumulate(self, ap: AccessPattern, values) -> None:
         view = self._writable(ap)
