@@ -103,3 +103,16 @@ def test_verify_catches_hbm_access_outside_tensor():
     b.emit(DmaCopy(dst=t, src=hbm("x", (128, 128), "float32")))
     with pytest.raises(LimitExceededError, match="HBM tensor x"):
         b.build()
+
+
+def test_same_form_agrees_with_form_numbers():
+    base = hbm("w", (64, 128), "bfloat16", row_elements=256)
+    variants = [base, dataclasses.replace(base, tensor="v"), base.moved(128),
+                dataclasses.replace(base, partitions=32),
+                dataclasses.replace(base, dims=((1, 64),)),
+                dataclasses.replace(base, dtype=dtype("float16")),
+                dataclasses.replace(base, partition_step=2),
+                sbuf(0, 64, (4, 32), "bfloat16")]
+    for a in variants:
+        for b in variants:
+            assert a.same_form(b) == (a.form() == b.form()), (a, b)

@@ -86,6 +86,13 @@ class AccessPattern:
             object.__setattr__(self, "_form", form)
         return form
 
+    def same_form(self, other: AccessPattern) -> bool:
+        """``self.form() == other.form()``, decided from the fields `form` numbers without
+        computing either (renamed copies have not computed theirs)."""
+        return (self.memory is other.memory and self.dtype.name == other.dtype.name
+                and self.partitions == other.partitions and self.dims == other.dims
+                and self.partition_step == other.partition_step)
+
     def renamed(self, tensor: str) -> AccessPattern:
         """The same pattern on another tensor (what `dataclasses.replace(ap, tensor=...)` gives,
         without re-deriving what the name does not change: the lowering renames thousands)."""

@@ -29,6 +29,7 @@ from trnsim.numerics.cast import (
 from trnsim.numerics.dtypes import DTYPES, DType, check_supported, dtype, dtype_of, names
 from trnsim.numerics.packing import mx_max_exponent, mx_scale, pack_x4, unpack_x4
 from trnsim.numerics.random import SEED_ENV, CounterRNG, default_rng, reset_default_rng
+from trnsim.numerics.rounding import store_rne
 
 __all__ = [
     "DTYPES",
@@ -50,6 +51,7 @@ __all__ = [
     "pack_x4",
     "reset_default_rng",
     "round_tf32",
+    "store_rne",
     "to_compute",
     "unpack_x4",
     "widen_f32",

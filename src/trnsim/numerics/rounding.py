@@ -79,6 +79,14 @@ def rne_from_f32(x32: np.ndarray, target: DType) -> np.ndarray:
         return x32.astype(target.np_dtype)
 
 
+def store_rne(dst: np.ndarray, x32: np.ndarray) -> None:
+    """Store float32 values into `dst` (a narrower float array's view) rounded to nearest even:
+    `rne_from_f32`'s conversion written in place, without the temporary it returns. Raises
+    numpy's ValueError when `x32` does not broadcast to `dst`."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the semantics
+        np.copyto(dst, x32, casting="unsafe")
+
+
 def rne_tf32(x32: np.ndarray) -> np.ndarray:
     """Round a float32 array's mantissa to 10 bits (RNE); inf stays inf, NaN stays NaN."""
     flat = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1)

@@ -71,7 +71,6 @@ class MemoryViews:
                                      high, self.buffer.nbytes,
                                      context=f"{self.name} size; {error}") from None
 
-
     def reusable(self) -> bool:
         """Whether nothing outside this object holds an array over its bytes: every reference to
         the buffer is one of the cached views' (a numpy view of a view refers to the buffer

@@ -480,10 +480,7 @@ def _hbm_renamed(values: tuple, base: tuple) -> bool:
 
 
 def _same_hbm_form(a: AccessPattern, b: AccessPattern) -> bool:
-    """Two HBM patterns of one `AccessPattern.form` (its fields compared here: a replay's
-    renamed patterns have not computed theirs)."""
-    return (a.memory is Memory.HBM is b.memory and a.dims == b.dims
-            and a.partitions == b.partitions and a.partition_step == b.partition_step
-            and a.dtype.name == b.dtype.name)
+    """Two HBM patterns of one `AccessPattern.form` (`AccessPattern.same_form`)."""
+    return a.memory is Memory.HBM and a.same_form(b)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from trnsim.errors import InvalidArgumentError
 from trnsim.isa import AccessPattern, Engine, Memory
-from trnsim.numerics import CounterRNG, cast, default_rounding, to_compute, widen_f32
+from trnsim.numerics import CounterRNG, cast, default_rounding, store_rne, to_compute, widen_f32
 from trnsim.sim.memory import HbmSpace, MemoryViews, on_chip_memory, release
 
 
@@ -59,15 +59,14 @@ class CoreState:
         view = self._writable(ap)
         dt = ap.dtype
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
-        # fp32 -> bf16 under RNE: `rne_from_f32`'s cast straight into the view, no temporary
+        # fp32 -> bf16 under RNE: stored straight into the view (`store_rne`), no temporary
         direct = array.dtype == np.float32 and dt.name == "bfloat16" and self.rounding == "rne"
         if not direct and (array.dtype != view.dtype or dt.name == "tfloat32"):
             array = cast(array, dt, rounding=self.rounding,
                          rng=self._sr_rng if self.rounding == "stochastic" else None)
         try:
             if direct:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    np.copyto(view, array, casting="unsafe")
+                store_rne(view, array)
             else:
                 view[...] = array
         except ValueError:
