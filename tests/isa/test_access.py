@@ -64,6 +64,10 @@ def test_interned_patterns_are_one_object_per_value():
     assert interned(patterns, fields) is ap
     assert ap.moved_in(patterns, 16) is ap.moved_in(patterns, 16) == ap.moved(16)
     assert ap.moved_in(patterns, 16).moved_in(patterns, -16) is ap
+    # made without the dataclass's __init__, but the same object state as one made with it
+    built = AccessPattern(*fields)
+    assert vars(ap) == vars(built) and list(vars(ap)) == list(vars(built))
+    assert hash(ap) == hash(built) and ap.free_size == 4 and ap.byte_span() == built.byte_span()
     assert dtype("bfloat16") in {dtype("bfloat16")} and hash(dtype("bfloat16")) != hash(
         dtype("float32"))
 

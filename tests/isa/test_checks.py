@@ -47,6 +47,23 @@ def test_an_operand_checked_on_one_core_is_checked_again_on_another():
         MultiplyMoving(dst=ap, moving=src, stationary=src).check(V2)  # another engine
 
 
+def test_a_remembered_pass_is_found_by_identity_and_by_value():
+    """The pass cache answers for the operand object it checked and for an equal one built
+    apart (another trace's), and only for the core it passed on."""
+    from trnsim.isa import instruction
+
+    ap = sbuf(64 * 1024, 128, (16 * 1024,), "float32")
+    src = sbuf(0, 128, (16 * 1024,), "float32")
+    TensorCopy(dst=ap, src=src).check(V2)
+    twin = sbuf(64 * 1024, 128, (16 * 1024,), "float32")
+    assert twin == ap and twin is not ap
+    assert instruction._has_passed(ap, TensorCopy.ENGINES[0], True, V2)
+    assert instruction._has_passed(twin, TensorCopy.ENGINES[0], True, V2)
+    assert not instruction._has_passed(twin, TensorCopy.ENGINES[0], True, hardware.core("v1"))
+    with pytest.raises(LimitExceededError, match="exceeds limit 98304"):
+        TensorCopy(dst=twin, src=src).check(hardware.core("v1"))
+
+
 def test_psum_overflow():
     ap = psum(15 * 1024, 128, (1024,), "float32")
     with pytest.raises(LimitExceededError, match="exceeds limit 16384"):

@@ -68,7 +68,8 @@ class AccessPattern:
             return NotImplemented
         return (self._hash == other._hash and self.offset == other.offset
                 and self.tensor == other.tensor and self.dims == other.dims
-                and self.memory == other.memory and self.dtype == other.dtype
+                and self.memory == other.memory
+                and (self.dtype is other.dtype or self.dtype == other.dtype)
                 and self.partitions == other.partitions
                 and self.partition_start == other.partition_start
                 and self.partition_step == other.partition_step)
@@ -236,13 +237,22 @@ def interned(patterns: dict, fields: tuple) -> AccessPattern:
     for the garbage collector to walk."""
     ap = patterns.get(fields)
     if ap is None:
-        ap = patterns[fields] = AccessPattern(*fields)
+        # what `AccessPattern(*fields)` makes, without the frozen dataclass's per-field
+        # object.__setattr__: the hash of the compared fields is the hash of `fields` itself
+        ap = object.__new__(AccessPattern)
+        ap.__dict__.update(zip(_COMPARED, fields, strict=True))
+        ap.__dict__.update(_hash=hash(fields), _free_size=prod(size for _, size in fields[3]))
+        patterns[fields] = ap
     return ap
 
 
+# the compared (init) fields of an AccessPattern, in order (`interned`'s `fields`)
+_COMPARED = ("memory", "dtype", "partitions", "dims", "offset", "partition_start", "partition_step",
+             "tensor")
+
+
 def _replace(ap: AccessPattern, **changes) -> AccessPattern:
-    values = {name: getattr(ap, name) for name in ("memory", "dtype", "partitions", "dims", "offset",
-                                                   "partition_start", "partition_step", "tensor")}
+    values = {name: getattr(ap, name) for name in _COMPARED}
     values.update(changes)
     return AccessPattern(**values)
 

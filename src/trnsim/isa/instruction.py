@@ -117,13 +117,31 @@ def cycles_to_ns(cycles: float, clock_hz: float) -> float:
 # is a function of these alone (the instruction's name only words its errors), and a kernel's
 # trace names the same operand with the same engine many times (`Instruction.check`)
 _PASSED: dict[tuple[AccessPattern, Engine, bool], CoreSpec] = {}
+# the same, by the operand's identity first ((id, engine, written) -> (operand, core)): a trace
+# hands the same operand object to instruction after instruction (`isa.access.interned`), and
+# this lookup hashes and compares nothing in Python (the entry holds the operand, so its id
+# stays its own while the entry lives)
+_PASSED_BY_ID: dict[tuple[int, Engine, bool], tuple[AccessPattern, CoreSpec]] = {}
 _PASSED_LIMIT = 1 << 16  # forgotten past this many: a bound on memory, not on correctness
 
 
-def _passed(key: tuple[AccessPattern, Engine, bool], core: CoreSpec) -> None:
-    if len(_PASSED) >= _PASSED_LIMIT:
+def _has_passed(ap: AccessPattern, engine: Engine, written: bool, core: CoreSpec) -> bool:
+    """Whether this operand's check passed on `core` with this engine and role (`_passed`)."""
+    entry = _PASSED_BY_ID.get((id(ap), engine, written))
+    if entry is not None and entry[0] is ap and entry[1] is core:
+        return True
+    if _PASSED.get((ap, engine, written)) is not core:
+        return False
+    _PASSED_BY_ID[(id(ap), engine, written)] = (ap, core)
+    return True
+
+
+def _passed(ap: AccessPattern, engine: Engine, written: bool, core: CoreSpec) -> None:
+    if len(_PASSED) >= _PASSED_LIMIT or len(_PASSED_BY_ID) >= _PASSED_LIMIT:
         _PASSED.clear()
-    _PASSED[key] = core
+        _PASSED_BY_ID.clear()
+    _PASSED[(ap, engine, written)] = core
+    _PASSED_BY_ID[(id(ap), engine, written)] = (ap, core)
 
 
 # Every opcode, by name: a class that declares OPCODE registers itself when it is defined, so
@@ -177,13 +195,13 @@ class Instruction:
         can_read, can_write = ENGINE_MEMORIES[self.engine]
         engine = self.engine
         for ap in self.reads():
-            if _PASSED.get((ap, engine, False)) is not core:
+            if not _has_passed(ap, engine, False, core):
                 self._check_operand(core, ap, can_read, "read")
-                _passed((ap, engine, False), core)
+                _passed(ap, engine, False, core)
         for ap in self.writes():
-            if _PASSED.get((ap, engine, True)) is not core:
+            if not _has_passed(ap, engine, True, core):
                 self._check_operand(core, ap, can_write, "write")
-                _passed((ap, engine, True), core)
+                _passed(ap, engine, True, core)
 
     def flops(self) -> int:
         """Useful floating-point operations (TensorE: 2*M*N*K), for utilisation reports."""

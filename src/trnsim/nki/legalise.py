@@ -13,6 +13,7 @@ the instruction's own check.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING
 
 from trnsim.errors import TrnsimError
@@ -147,8 +148,7 @@ def _compiler_psum_to_stage(trace: Trace, instruction, fields: dict) -> str | No
     would read two, one of them a PSUM tile the compiler (not the kernel) chose (a partition
     broadcast kept where TensorE wrote it); None otherwise (a kernel's own two PSUM inputs stay
     an error of the instruction's check)."""
-    cls = instruction if isinstance(instruction, type) else type(instruction)
-    pair = getattr(cls, "ONE_PSUM_INPUT", None)
+    pair = _one_psum_input(instruction if isinstance(instruction, type) else type(instruction))
     if pair is None:
         return None
     aps = [fields.get(name) for name in pair]
@@ -156,6 +156,13 @@ def _compiler_psum_to_stage(trace: Trace, instruction, fields: dict) -> str | No
         return None
     chosen = [name for name, ap in zip(pair, aps, strict=True) if ap.tensor in trace.compiler_psum]
     return chosen[-1] if chosen else None
+
+
+@functools.cache
+def _one_psum_input(cls: type[Instruction]) -> tuple[str, str] | None:
+    """The class's ONE_PSUM_INPUT pair, once per class (a class attribute lookup that misses
+    costs an AttributeError raised and caught, on every instruction traced)."""
+    return getattr(cls, "ONE_PSUM_INPUT", None)
 
 
 @dataclasses.dataclass

@@ -114,7 +114,14 @@ class Tile:
     # --- basic properties ----------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple([a.size for a in self._axes])
+        axes, shape = self._shape_of
+        if axes is not self._axes:  # (kernels ask a tile its shape again and again)
+            axes = self._axes
+            shape = tuple([a.size for a in axes])
+            self._shape_of = (axes, shape)
+        return shape
+
+    _shape_of: tuple = (None, ())  # (the axes, their sizes) last computed by `shape`
 
     @property
     def ndim(self) -> int:
@@ -283,9 +290,13 @@ class Tile:
     def access(self, predicate: Predicate | None = None,
                tags: tuple[int | None, ...] | None = None) -> AccessPattern:
         """This view as an instruction operand, shrunk by a mask predicate."""
-        if predicate is not None and predicate.empty:
+        if predicate is None:  # (the common case: no mask, usually no deferred index checks)
+            if self._checks:
+                _run_checks(self, None)
+            return to_access_pattern(self)
+        if predicate.empty:
             raise MaskedOut
-        view = self if predicate is None else masked_view(self, predicate, tags)
+        view = masked_view(self, predicate, tags)
         _run_checks(self, predicate)
         return to_access_pattern(view)
 
@@ -334,6 +345,9 @@ def _plain_view(tile: Tile, key) -> Tile | None:
                 return None
             if stop <= start:
                 return None  # empty: the general path refuses it
+            if stop - start == size:  # the whole axis: the same (immutable) axis
+                basic.append(axis)
+                continue
             poffset += start * axis.pstep
             foffset += start * axis.fstep
             basic.append(Axis(stop - start, axis.pstep, axis.fstep, axis.tag))
@@ -540,43 +554,62 @@ def to_access_pattern(tile: Tile) -> AccessPattern:
 
 
 def to_access_pattern_raw(tile: Tile) -> AccessPattern:
+    """The view as an operand, in one pass over its axes: size-1 axes dropped, the partition axis
+    (on chip) or the first axis (HBM) taken out, the rest merged into free dims (`_merge`'s rule,
+    inline: tracing turns every operand of every instruction into a pattern here)."""
     storage = tile._storage
-    axes = []
+    hbm = storage.memory is Memory.HBM
+    first = part = None
+    partition_axes = 0
+    dims: list[tuple[int, int]] = []
     for a in tile._axes:
-        if a.size != 1:
-            if a.size == 0:
-                raise InvalidArgumentError("the mask selects no elements of this operand")
-            axes.append(a)
+        size = a.size
+        if size == 1:
+            continue
+        if size == 0:
+            raise InvalidArgumentError("the mask selects no elements of this operand")
+        if hbm:
+            if first is None:
+                first = a
+                continue
+        elif a.pstep != 0:
+            partition_axes += 1
+            if part is None:
+                part = a
+            continue
+        fstep = a.fstep
+        if dims and dims[-1][0] == fstep * size:
+            dims[-1] = (fstep, dims[-1][1] * size)
+        else:
+            dims.append((fstep, size))
     dtype = tile._dtype
-    if storage.memory is Memory.HBM:
-        if not axes:
-            axes = [Axis(1, 0, 1)]
-        first, rest = axes[0], axes[1:]
-        dims = _merge(rest) or ((1, 1),)
-        _check_dims(dims, tile)
-        return interned(tile._trace.patterns, (Memory.HBM, dtype, first.size, dims,
-                                               tile._foffset * dtype.itemsize, 0, first.fstep,
-                                               storage.name))
-    partition_axes = [a for a in axes if a.pstep != 0]
-    if len(partition_axes) > 1 or (partition_axes and partition_axes[0].pstep != 1):
-        raise InvalidArgumentError(f"operand {tile.name or ''} strides over partitions; on-chip "
-                                   f"operands have one contiguous partition dimension")
-    if partition_axes:
-        part = partition_axes[0]
-        if part.fstep != 0:
+    if hbm:
+        if first is None:
+            first = Axis(1, 0, 1)
+        key = (Memory.HBM, dtype, first.size, _free_dims(dims, tile), tile._foffset * dtype.itemsize,
+               0, first.fstep, storage.name)
+    else:
+        if partition_axes > 1 or (part is not None and part.pstep != 1):
+            raise InvalidArgumentError(f"operand {tile.name or ''} strides over partitions; on-chip "
+                                       f"operands have one contiguous partition dimension")
+        if part is not None and part.fstep != 0:
             raise InvalidArgumentError(f"on-chip operand {tile.name or ''} mixes its partition "
                                        f"dimension with free elements")
         # Block dimensions before the partition dimension (e.g. (4, par_dim(128), 512)) address
         # free elements; the hardware walks partitions outermost, so the operand is P-major.
-        free = [a for a in axes if a is not part]
-        partitions = part.size
-    else:
-        free, partitions = axes, 1
-    dims = _merge(free) or ((1, 1),)
-    _check_dims(dims, tile)
-    return interned(tile._trace.patterns, (storage.memory, dtype, partitions, dims,
-                                           storage.offset + tile._foffset * dtype.itemsize,
-                                           tile._poffset, 0, storage.name))
+        foffset = tile._foffset
+        key = (storage.memory, dtype, 1 if part is None else part.size, _free_dims(dims, tile),
+               storage.offset + foffset * dtype.itemsize if foffset else storage.offset,
+               tile._poffset, 0, storage.name)
+    return interned(tile._trace.patterns, key)
+
+
+def _free_dims(dims: list[tuple[int, int]], tile: Tile) -> tuple[tuple[int, int], ...]:
+    if not dims:
+        return ((1, 1),)
+    if len(dims) > MAX_FREE_DIMS:
+        _check_dims(dims, tile)
+    return tuple(dims)
 
 
 def _merge(axes: list[Axis]) -> tuple[tuple[int, int], ...]:

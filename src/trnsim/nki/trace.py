@@ -323,8 +323,7 @@ class Trace:
         """Return a pending tile whose instruction is emitted once its destination is known
         (`fallback`: the buffer to use when `buffer` is a PSUM the tile does not fit in now)."""
         self.flush()
-        axes = tuple(Axis(s) for s in shape)
-        tile = self.tile_class(self, None, axes, as_dtype(dtype),
+        tile = self.tile_class(self, None, _pending_axes(tuple(shape)), as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, fallback=fallback, tags=tuple(tags),
                                     matmul=matmul),
                     name=f"{_label_stem(self.label)}_{self._new_tile_id()}")
@@ -376,12 +375,23 @@ class Trace:
         accumulating = getattr(inner, "accumulate", False) and getattr(inner, "dst", None)
         written = inner.writes()  # a destination listed as read keeps what it does not write
         reads = inner.reads()
-        onchip = self._written_onchip
-        # the cheap tests first: most operands are HBM or written already (one pass over the
-        # operands; the warning loop below is empty for nearly every instruction)
-        unwritten = [(ap, "reads") for ap in reads
-                     if not (ap.memory is Memory.HBM or not ap.tensor or ap.tensor in onchip)
-                     and ap not in written]
+        onchip, by_name = self._written_onchip, self._sbuf_by_name
+        # one pass over the operands for both the tracked tiles they use (`_serials`) and the
+        # reads of unwritten tiles (the cheap tests first: most operands are HBM or written)
+        serials, unwritten = [], []
+        for ap in reads:
+            if ap.memory is not Memory.HBM:
+                tensor = ap.tensor
+                if tensor and tensor not in onchip and ap not in written:
+                    unwritten.append((ap, "reads"))
+                serial = by_name.get(tensor)
+                if serial is not None:
+                    serials.append(serial)
+        for ap in written:
+            if ap.memory is not Memory.HBM:
+                serial = by_name.get(ap.tensor)
+                if serial is not None:
+                    serials.append(serial)
         if accumulating and not (accumulating.memory is Memory.HBM or not accumulating.tensor
                                  or accumulating.tensor in onchip):
             unwritten.append((accumulating, "accumulates into"))
@@ -393,7 +403,7 @@ class Trace:
                     f"{instruction.source or self.builder.program.name}: {instruction.name} {what} "
                     f"{ap.memory} tile {ap.tensor!r} before anything wrote it (undefined behaviour; "
                     f"the simulated values are NaN)"), stacklevel=2)
-        self.note_emitted(self._serials((*reads, *written)), written)
+        self.note_emitted(tuple(serials), written)
 
     def note_emitted(self, serials: tuple[int, ...], written) -> None:
         """Record an emitted instruction's uses of the tracked tiles `serials` and its writes
@@ -401,13 +411,20 @@ class Trace:
         the traced iterations', which gave any warning)."""
         if self.stamp_log is not None:
             self.stamp_log.append(("i", self.calls))
-        self.note_serials(serials)
+        if serials:
+            self.note_serials(serials)
+        versions = self.write_versions
         for ap in written:
-            if ap.memory is not Memory.HBM:
-                self._written_onchip.add(ap.tensor)
-                self.write_versions[ap.tensor] = self.write_versions.get(ap.tensor, 0) + 1
-            if ap.memory is Memory.PSUM:
-                self._psum_spans.setdefault(ap.tensor, {})[_span(ap)] = None
+            memory = ap.memory
+            if memory is not Memory.HBM:
+                tensor = ap.tensor
+                self._written_onchip.add(tensor)
+                versions[tensor] = versions.get(tensor, 0) + 1
+                if memory is Memory.PSUM:
+                    spans = self._psum_spans.get(tensor)
+                    if spans is None:
+                        spans = self._psum_spans[tensor] = {}
+                    spans[_span(ap)] = None
 
     def note_uses(self, aps) -> None:
         """Record the current call as the latest use of the tracked tiles of these operands (also
@@ -718,6 +735,23 @@ class Trace:
                 f"tile {storage.name!r} was allocated in iteration {iteration} of the {kind} at "
                 f"{source}; its buffer was freed when that iteration ended, so it cannot be used "
                 f"here (allocate it outside the loop to keep it)")
+
+
+_PENDING_AXES: dict[tuple[int, ...], tuple[Axis, ...]] = {}
+
+
+def _pending_axes(shape: tuple[int, ...]) -> tuple[Axis, ...]:
+    """A pending result's axes (sizes only). Axes are immutable, so results of one shape of
+    plain ints share them: a trace defers a result per call and its shapes repeat (a numpy
+    integer size is kept as given, never swapped for an equal int)."""
+    if not all(type(s) is int for s in shape):
+        return tuple(Axis(s) for s in shape)
+    axes = _PENDING_AXES.get(shape)
+    if axes is None:
+        axes = tuple(Axis(s) for s in shape)
+        if len(_PENDING_AXES) < 4096:
+            _PENDING_AXES[shape] = axes
+    return axes
 
 
 @lru_cache(maxsize=1024)
