@@ -39,7 +39,7 @@ What the engine decides is data movement (`trnsim.kernels.matmul_plan.choose_pla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from trnsim.kernels.layout import (
     BANK_FP32,
@@ -192,11 +192,22 @@ class Engine:
         return [(acc[0:rows, c0:c0 + cw], rhs[:, :, c0:c0 + cw]) for c0, cw in tiles(cols,
                                                                                     BANK_FP32)]
 
+    def _k_range(self, t0: int, t1: int) -> Iterator[int]:
+        """K tiles t0..t1 for a K loop whose body is `_matmuls(..., t, t1)`, stamped. Stamping
+        traces a loop's last iteration again (it may differ: a partial K tile), so when K tile
+        t1 - 1 is full the loop runs one iteration past it, for which `_matmuls` emits nothing:
+        that iteration is the traced last one and every full K tile past the first few is
+        stamped (one traced K tile fewer per output block)."""
+        return stamped_range(t0, t1 + 1 if t1 <= self.tiling.full else t1)
+
     def _matmuls(self, banks: list[tuple[Tile, Tile]], lhs: Tile, lhs_at: int, rhs_at: int,
-                 t: int) -> None:
+                 t: int, stop: int) -> None:
         """acc (+)= K tile `t` ^T @ K tile `t`, one matmul per PSUM bank (`_banks`): the
         stationary side is index `lhs_at` of lhs [128, KT', rows] and the moving side index
-        `rhs_at` of each bank's moving operand (their buffers may hold K from a chunk on)."""
+        `rhs_at` of each bank's moving operand (their buffers may hold K from a chunk on).
+        Nothing for t == stop, the iteration `_k_range` adds past the last K tile."""
+        if t == stop:
+            return
         kr = self.tiling.rows(t)
         stationary = lhs[:, lhs_at, :]
         if kr < P:  # a partial K tile: its first kr partitions
@@ -214,8 +225,8 @@ class Engine:
             acc = nl.zeros((rows, round_up(cols, BANK_FP32)), dtype=nl.float32, buffer=nl.psum)
             view = acc[:, 0:cols]
             banks = self._banks(view, rhs_t)
-            for t in stamped_range(self.kt):
-                self._matmuls(banks, lhs_t, t, t, t)
+            for t in self._k_range(0, self.kt):
+                self._matmuls(banks, lhs_t, t, t, t, self.kt)
             self.sink(view, row0, col0)
 
     def _resident(self, operand: Operand, width: int, start: int, group: int) -> StagedLoader:
@@ -327,9 +338,9 @@ class Engine:
         with kernel_scope("k-outer group"):
             accs = _accumulators([(view.shape[2], cols) for view, _ in lhs_views])
             banks = [self._banks(acc, rhs_view) for acc in accs]
-            for t in stamped_range(self.kt):
+            for t in self._k_range(0, self.kt):
                 for acc_banks, (view, _) in zip(banks, lhs_views, strict=True):
-                    self._matmuls(acc_banks, view, t, t, t)
+                    self._matmuls(acc_banks, view, t, t, t, self.kt)
             for acc, (_, row0) in zip(accs, lhs_views, strict=True):
                 with kernel_scope("output block"):
                     self.sink(acc, row0, col0)
@@ -366,9 +377,9 @@ class Engine:
             operand = self.rhs if streamed == "rhs" else self.lhs
             self.load(chunk[:, 0:t1 - t0, 0:bw], operand, b0, bw, k_tiles=(t0, t1))
             work = self._chunk_operands(items, accs, resident, chunk, b0, t0)
-            for t in stamped_range(t0, t1):
+            for t in self._k_range(t0, t1):
                 for banks, lhs, lhs_shift, rhs_shift in work:
-                    self._matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t)
+                    self._matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, t1)
         for acc, (r0, _, _, c0, _, _) in zip(accs, items, strict=True):
             with kernel_scope("output block"):
                 self.sink(acc, r0, c0)
