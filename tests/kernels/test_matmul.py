@@ -368,3 +368,30 @@ def test_items_past_one_tensor_engine_pass_are_grouped(rng, transpose_a, transpo
     assert_close(result.output, want, "bfloat16")
     dmas = [i for i in result.program.instructions if i.OPCODE.startswith("Dma")]
     assert len(dmas) <= 12, len(dmas)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((700, 1100), (1100, 1100)),  # a partial last K tile; accumulators over two PSUM banks
+    ((384, 4096), (4096, 2048)),  # a K-major operand loaded in 16 DMAs per unit (stamped)
+    ((384, 11008), (11008, 256)),  # the streamed rows of a in K chunks (k-streaming)
+])
+def test_matmul_traces_alike_stamped_and_plain(a_shape, b_shape, monkeypatch):
+    """The engine's K loops and K-major loads give, stamped (`trnsim.nki.stamp`), the program of
+    tracing every iteration; check mode compares every stamped iteration with its trace."""
+    from tests.kernels.harness import trace_kernel
+    from trnsim.nki import stamp
+
+    programs = {}
+    for mode in ("off", "on", "check"):
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        trace, _, _ = trace_kernel(matmul, [ArraySpec(a_shape, "bfloat16"),
+                                            ArraySpec(b_shape, "bfloat16")],
+                                   (a_shape[0], b_shape[1]), "bfloat16")
+        programs[mode] = trace.builder.program
+    want = programs["off"].instructions
+    assert len(want) > 0
+    for mode in ("on", "check"):
+        got = programs[mode].instructions
+        assert len(got) == len(want)
+        for i, (x, y) in enumerate(zip(got, want, strict=True)):
+            assert type(x) is type(y) and x == y and x.label == y.label, (mode, i)

@@ -39,7 +39,7 @@ What the engine decides is data movement (`trnsim.kernels.matmul_plan.choose_pla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from trnsim.kernels.layout import (
     BANK_FP32,
@@ -131,8 +131,9 @@ class Engine:
             # and no per-transfer overhead is paid; an int8 weight's K tiles move half the bytes
             moved = min(self.compute_bytes, operand.matrix.dtype_spec.itemsize)
             per_dma = ceil_div(DMA_PIECE_BYTES, max(1, count * moved))
-            for a in range(t0, min(t1, tiling.full), per_dma):
-                n = min(per_dma, min(t1, tiling.full) - a)
+            full = min(t1, tiling.full)
+            for a in stamped_range(t0, full, per_dma):
+                n = min(per_dma, full - a)
                 dst[:, a - t0:a - t0 + n, :] = self.loaded(tiling.kmajor_view(view, a, n))
             if t1 > tiling.full:
                 rest = tiling.rows(tiling.full)
@@ -181,18 +182,41 @@ class Engine:
                 with kernel_scope("super block"):
                     self._stream_lhs(s0, sw)
 
-    def _matmuls(self, acc: Tile, lhs_t: Tile, rhs_t: Tile, k_tile: int) -> None:
-        """acc[rows, cols] (+)= lhs_t[k, rows]^T @ rhs_t[k, cols], one matmul per PSUM bank.
-
-        `lhs_t` and `rhs_t` are K tile `k_tile` of each operand ([128, width] SBUF views)."""
-        kr = self.tiling.rows(k_tile)
+    def _banks(self, acc: Tile, rhs: Tile) -> list[tuple[Tile, Tile]]:
+        """(accumulator, moving operand) per PSUM bank of acc [rows, cols]: the bank's columns of
+        acc and of the K-major rhs [128, KT, cols]. Sliced once per output block, outside its
+        K loop: each traced K tile then indexes one view per operand (`_matmuls`)."""
         rows, cols = acc.shape
-        # whole-tile slices are left out: they give the same view (one indexing per operand
-        # less on every matmul traced)
-        stationary = lhs_t if lhs_t.shape == (kr, rows) else lhs_t[0:kr, 0:rows]
-        for c0, cw in tiles(cols, BANK_FP32):
-            moving = rhs_t if rhs_t.shape == (kr, cw) else rhs_t[0:kr, c0:c0 + cw]
-            acc[0:rows, c0:c0 + cw] += nisa.nc_matmul(stationary, moving)
+        if cols <= BANK_FP32:
+            return [(acc[0:rows, 0:cols], rhs)]
+        return [(acc[0:rows, c0:c0 + cw], rhs[:, :, c0:c0 + cw]) for c0, cw in tiles(cols,
+                                                                                    BANK_FP32)]
+
+    def _k_range(self, t0: int, t1: int) -> Iterator[int]:
+        """K tiles t0..t1 for a K loop whose body is `_matmuls(..., t, t1)`, stamped. Stamping
+        traces a loop's last iteration again (it may differ: a partial K tile), so when K tile
+        t1 - 1 is full the loop runs one iteration past it, for which `_matmuls` emits nothing:
+        that iteration is the traced last one and every full K tile past the first few is
+        stamped (one traced K tile fewer per output block)."""
+        return stamped_range(t0, t1 + 1 if t1 <= self.tiling.full else t1)
+
+    def _matmuls(self, banks: list[tuple[Tile, Tile]], lhs: Tile, lhs_at: int, rhs_at: int,
+                 t: int, stop: int) -> None:
+        """acc (+)= K tile `t` ^T @ K tile `t`, one matmul per PSUM bank (`_banks`): the
+        stationary side is index `lhs_at` of lhs [128, KT', rows] and the moving side index
+        `rhs_at` of each bank's moving operand (their buffers may hold K from a chunk on).
+        Nothing for t == stop, the iteration `_k_range` adds past the last K tile."""
+        if t == stop:
+            return
+        kr = self.tiling.rows(t)
+        stationary = lhs[:, lhs_at, :]
+        if kr < P:  # a partial K tile: its first kr partitions
+            stationary = stationary[0:kr, 0:stationary.shape[1]]
+        for acc, rhs in banks:
+            moving = rhs[:, rhs_at, :]
+            if kr < P:
+                moving = moving[0:kr, 0:moving.shape[1]]
+            acc += nisa.nc_matmul(stationary, moving)
 
     def _accumulate(self, lhs_t: Tile, rhs_t: Tile, row0: int, col0: int) -> None:
         """One output block over all of K, then its sink (temporaries freed after)."""
@@ -200,8 +224,9 @@ class Engine:
         with kernel_scope("output block"):
             acc = nl.zeros((rows, round_up(cols, BANK_FP32)), dtype=nl.float32, buffer=nl.psum)
             view = acc[:, 0:cols]
-            for t in stamped_range(self.kt):
-                self._matmuls(view, lhs_t[:, t, :], rhs_t[:, t, :], t)
+            banks = self._banks(view, rhs_t)
+            for t in self._k_range(0, self.kt):
+                self._matmuls(banks, lhs_t, t, t, t, self.kt)
             self.sink(view, row0, col0)
 
     def _resident(self, operand: Operand, width: int, start: int, group: int) -> StagedLoader:
@@ -312,9 +337,10 @@ class Engine:
         cols = rhs_view.shape[2]
         with kernel_scope("k-outer group"):
             accs = _accumulators([(view.shape[2], cols) for view, _ in lhs_views])
-            for t in stamped_range(self.kt):
-                for acc, (view, _) in zip(accs, lhs_views, strict=True):
-                    self._matmuls(acc, view[:, t, :], rhs_view[:, t, :], t)
+            banks = [self._banks(acc, rhs_view) for acc in accs]
+            for t in self._k_range(0, self.kt):
+                for acc_banks, (view, _) in zip(banks, lhs_views, strict=True):
+                    self._matmuls(acc_banks, view, t, t, t, self.kt)
             for acc, (_, row0) in zip(accs, lhs_views, strict=True):
                 with kernel_scope("output block"):
                     self.sink(acc, row0, col0)
@@ -342,30 +368,33 @@ class Engine:
             else:
                 ensure(c0, cw)
         accs = _accumulators([(rr, cw) for _, rr, _, _, cw, _ in items])
+        resident = [] if streamed == "rhs" else [self._banks(acc, item[5])
+                                                 for acc, item in zip(accs, items, strict=True)]
         for kc in nl.affine_range(ceil_div(self.kt, plan.k_chunk)):
             t0 = kc * plan.k_chunk
             t1 = min(self.kt, t0 + plan.k_chunk)
             chunk = nl.ndarray((P, plan.k_chunk, plan.block), dtype=self.dtype, buffer=nl.sbuf)
             operand = self.rhs if streamed == "rhs" else self.lhs
             self.load(chunk[:, 0:t1 - t0, 0:bw], operand, b0, bw, k_tiles=(t0, t1))
-            for t in stamped_range(t0, t1):
-                for acc, (lhs_t, rhs_t) in zip(accs, _chunk_operands(items, chunk, streamed, b0,
-                                                                     t, t0), strict=True):
-                    self._matmuls(acc, lhs_t, rhs_t, t)
+            work = self._chunk_operands(items, accs, resident, chunk, b0, t0)
+            for t in self._k_range(t0, t1):
+                for banks, lhs, lhs_shift, rhs_shift in work:
+                    self._matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, t1)
         for acc, (r0, _, _, c0, _, _) in zip(accs, items, strict=True):
             with kernel_scope("output block"):
                 self.sink(acc, r0, c0)
 
-
-def _chunk_operands(items, chunk: Tile, streamed: str, b0: int, t: int,
-                    t0: int) -> list[tuple[Tile, Tile]]:
-    """(lhs, rhs) K tile t of each item of `Engine._k_streamed`, the streamed side's from the
-    chunk buffer holding K tiles t0.. (a function: the stamped loop's body has no branch)."""
-    if streamed == "rhs":
-        return [(lhs_view[:, t, :], chunk[:, t - t0, c0 - b0:c0 - b0 + cw])
-                for _, _, lhs_view, c0, cw, _ in items]
-    return [(chunk[:, t - t0, r0 - b0:r0 - b0 + rr], rhs_view[:, t, :])
-            for r0, rr, _, _, _, rhs_view in items]
+    def _chunk_operands(self, items, accs: list[Tile], resident: list, chunk: Tile, b0: int,
+                        t0: int) -> list[tuple[list[tuple[Tile, Tile]], Tile, int, int]]:
+        """(banks, lhs [128, KT', rows], lhs K-index shift, rhs K-index shift) of each item of
+        `_k_streamed` for the chunk buffer holding K tiles t0..: the streamed side's views come
+        from the chunk (K tile t at t - t0), the resident side's (`resident`: banks of the
+        resident rhs, empty when rhs streams) are K tile t of the whole operand."""
+        if not resident:  # rhs streamed: lhs resident
+            return [(self._banks(acc, chunk[:, :, c0 - b0:c0 - b0 + cw]), lhs_view, 0, t0)
+                    for acc, (_, _, lhs_view, c0, cw, _) in zip(accs, items, strict=True)]
+        return [(banks, chunk[:, :, r0 - b0:r0 - b0 + rr], t0, 0)
+                for banks, (r0, rr, _, _, _, _) in zip(resident, items, strict=True)]
 
 
 def _shifted(ensure: Callable[[int, int], None], start: int) -> Callable[[int, int], None]:
