@@ -9,7 +9,10 @@ program in CPU seconds of this process:
   fresh process's first planning pays), and ``new_s``, its share in `Planner._new` (the distinct
   instructions built in full: check, facts, HBM bounds, regions, `build_plan`), ``derived_s``
   its share in `Planner.derived` (the distinct varying instructions of replayed spans, made
-  from their source's plan: ``plans_derived``); ``plans_copied``, how many plans it took from
+  from their source's plan: ``plans_derived``), ``templated_s`` its share in
+  `Planner._templated` (a checked program's distinct instructions not derived: each a copy of
+  its pattern's template, ``plans_templated`` of them, or for the rest built in full, `_new`,
+  whose time ``new_s`` counts too); ``plans_copied``, how many plans it took from
   the spans of replayed kernel calls instead of looking their instructions up;
 - ``fetch_s``: fetching each instruction's key attributes alone (the class's `attrgetter`): the
   floor of any look-up done per instruction in Python;
@@ -40,20 +43,20 @@ def _cpu(call) -> tuple[object, float]:
     return result, round(time.process_time() - start, 3)
 
 
-def _fresh_plan(program, core, plan_module) -> tuple[object, float, float]:
-    """(planner, CPU s inside `Planner._new`, inside `Planner.derived`) of a first planning in a
-    fresh process."""
+def _fresh_plan(program, core, plan_module) -> tuple[object, dict[str, float]]:
+    """(planner, CPU s inside `Planner._new`, `derived` and `_templated`) of a first planning in
+    a fresh process."""
     from trnsim.sim.collector import collector_paused
 
     plan_module._FACTS.clear()
     plan_module._PATTERNS.clear()
     planner = plan_module.Planner(core)
-    inside = {"_new": 0.0, "derived": 0.0}
+    inside = {"_new": 0.0, "derived": 0.0, "_templated": 0.0}
     for name in inside:
         planner.__dict__[name] = _timed(getattr(planner, name), inside, name)
     with collector_paused():
         planner.plan_program(program)
-    return planner, round(inside["_new"], 3), round(inside["derived"], 3)
+    return planner, {f"{name.strip('_')}_s": round(seconds, 3) for name, seconds in inside.items()}
 
 
 def _timed(method, inside: dict, name: str):
@@ -90,10 +93,11 @@ def breakdown(program, core) -> dict:
 
     instructions = program.instructions
     out: dict = {"instructions": len(instructions)}
-    (planner, out["new_s"], out["derived_s"]), out["plan_s"] = _cpu(
-        lambda: _fresh_plan(program, core, plan_module))
+    (planner, inside), out["plan_s"] = _cpu(lambda: _fresh_plan(program, core, plan_module))
+    out.update(inside)
     out["distinct_plans"] = len(planner.distinct)
     out["plans_derived"] = len(planner.derived_uids)
+    out["plans_templated"] = planner.templated
     out["plans_copied"] = planner.copied  # from replayed kernel calls' spans (`isa.Repeats`)
     for name, loop in (("fetch_s", _fetch), ("key_s", _keys), ("lookup_s", _lookups)):
         _, out[name] = _cpu(lambda loop=loop: loop(instructions, planner))

@@ -25,12 +25,17 @@ recorded by the lowering): a replayed span takes the first call's plans by list 
 up only its HBM-touching instructions, so planning costs per distinct call, not per instruction
 (`Planner.plan_program`); one whose look-up misses (another tensor, another block of one) has its
 plan derived from the first call's: its facts, with only what its HBM operands change found
-again (`Planner.derived`).
+again (`Planner.derived`). A varying instruction equal to the latest one at its place (the same
+weights read by every call of a layer) takes that one's plan without hashing its key.
+In a program its front end checked, an on-chip instruction of no KIND whose pattern was met
+before is a copy of that pattern's first plan (its template) with its own regions
+(`Planner._templated`): the lowered first call's matmul tiles, each at its own addresses.
 `TRNSIM_PLAN` chooses the path: ``patterns`` (default), ``instructions`` (facts from each
 distinct instruction itself, and every instruction looked up: the reference) or ``check``
 (both, a `PlanMismatchError` at the first plan field that differs by as much as one bit, at
 the first plan taken from a repeat that is not the object its look-up finds, and at the first
-derived plan that differs from its full build: `trnsim.sim.plan_check`).
+derived plan that differs from its full build: `trnsim.sim.plan_check`; the reference
+builds every plan in full, templates included).
 """
 
 from __future__ import annotations
@@ -107,6 +112,13 @@ class Planner:
         # (`derived`; False: by look-up and a full build, as any other instruction); how many
         self.derive = repeats
         self.derived_uids: list[int] = []
+        # per source instruction of a replayed span, the key and plan of the latest instruction
+        # planned by its key at its place (`_plan_varying`; reset per program)
+        self._slots: dict[int, tuple[tuple, Plan]] = {}
+        # per pattern met in a checked program, its first plan if the others of that pattern may
+        # copy it (`_templated`), else False; how many plans were made so
+        self._templates: dict[tuple, Plan | bool] = {}
+        self.templated = 0
         # each distinct plan's facts, and whether it is its facts' alone (no on-chip tensor)
         self._facts_of: list[InstructionFacts] = []
         self._plain: list[bool] = []
@@ -141,6 +153,7 @@ class Planner:
         spans = repeats.spans if repeats is not None and repeats.describes(program) else ()
         position = 0
         copied: list = []
+        self._slots = {}  # (program indices)
         with self.regions.deferred():
             for start, length, source, varying in spans:
                 self._plan_range(program, position, start, check, plans, fresh)
@@ -148,13 +161,8 @@ class Planner:
                 if first < len(fresh) and fresh[first] < source + length:
                     self._plan_range(program, start, start + length, check, plans, fresh)
                 else:
-                    after = 0  # copy the plans between varying offsets, derive those
-                    for offset in varying:
-                        plans += plans[source + after:source + offset]
-                        self._plan_varying(program, start + offset, source + offset, check,
-                                           plans, fresh)
-                        after = offset + 1
-                    plans += plans[source + after:source + length]
+                    self._plan_span(program, start, length, source, varying, check, plans,
+                                    fresh)
                     self.copied += length - len(varying)
                     copied.append((start, length, source, varying))
                 position = start + length
@@ -168,6 +176,8 @@ class Planner:
         cache = self._cache
         key_of = self.key
         append = plans.append
+        # instructions their front end checked: copies of their pattern's template, if any
+        templated = self._templated if self.by_pattern and not check else None
         for ins in program.instructions[first:end]:
             key = key_of(ins)
             try:
@@ -177,16 +187,41 @@ class Planner:
                 append(self._new(ins, program, check))
                 continue
             if plan is None:
-                plan = cache[key] = self._new(ins, program, check, key)
+                plan = cache[key] = (self._new(ins, program, check, key) if templated is None
+                                     else templated(ins, program, key))
             append(plan)
 
-    def _plan_varying(self, program: Program, index: int, source: int, check: bool,
-                      plans: list[Plan], fresh: list[int]) -> None:
-        """Append the plan of a replayed span's varying instruction `index`, found by its key,
-        or made new from the plan of its source (`source`, planned already) when it differs
-        from it only in HBM operands of the same form (`derived`)."""
+    def _plan_span(self, program: Program, start: int, length: int, source: int,
+                   varying: tuple[int, ...], check: bool, plans: list[Plan],
+                   fresh: list[int]) -> None:
+        """Append the plans of a replayed span: its source span's, copied between its varying
+        offsets, and each varying instruction's. One whose key equals the key of the latest
+        instruction planned by its key at its place (`_slots`, at first the source itself: a
+        source span has no fresh plan) takes that one's plan, which its look-up would find;
+        any other is looked up (`_plan_varying`)."""
+        instructions, slots, key_of = program.instructions, self._slots, self.key
+        after = 0
+        for offset in varying:
+            plans += plans[source + after:source + offset]
+            after = offset + 1
+            key = key_of(instructions[start + offset])
+            last = slots.get(source + offset)
+            if last is None:
+                base = source + offset
+                last = slots[base] = (key_of(instructions[base]), plans[base])
+            if _same_key(key, last[0]):
+                plans.append(last[1])
+            else:
+                self._plan_varying(program, start + offset, source + offset, key, check,
+                                   plans, fresh)
+        plans += plans[source + after:source + length]
+
+    def _plan_varying(self, program: Program, index: int, source: int, key: tuple,
+                      check: bool, plans: list[Plan], fresh: list[int]) -> None:
+        """Append the plan of a replayed span's varying instruction `index` (its `key`), found
+        by its key, or made new from the plan of its source (`source`, planned already) when it
+        differs from it only in HBM operands of the same form (`derived`)."""
         ins = program.instructions[index]
-        key = self.key(ins)
         try:
             plan = self._cache.get(key)
         except TypeError:  # an unhashable attribute: as `_plan_range`
@@ -200,6 +235,7 @@ class Planner:
             if plan is None:
                 plan = self._new(ins, program, check, key)
             self._cache[key] = plan
+        self._slots[source] = (key, plan)
         plans.append(plan)
 
     def derived(self, ins: Instruction, base: Instruction, base_plan: Plan,
@@ -310,6 +346,44 @@ class Planner:
                 _keep(self._facts, key, facts)
         return self._add(build_plan(ins, self.core, self.regions, self.ports, on_chip=on_chip,
                                     facts=facts, operands=(reads, writes)), facts, plain)
+
+    def _templated(self, ins: Instruction, program: Program, key: tuple) -> Plan:
+        """`_new` for an instruction its front end checked. The first plan of each pattern made
+        so is kept as its template (`_templates`) when it is an on-chip instruction's of no KIND
+        (no DMA, no HBM operand: its fields are its facts' alone, `build_plan`); another
+        instruction of that pattern is a copy of it with its own regions. ``TRNSIM_PLAN=check``
+        compares every plan with the reference's, each built in full (`compare_plans`)."""
+        pattern = self.pattern(key)
+        template = self._templates.get(pattern)
+        if not template:
+            plan = self._new(ins, program, False, key)
+            if template is None:
+                self._templates[pattern] = plan if self._may_template(ins, plan) else False
+            return plan
+        reads, writes = ins.reads(), ins.writes()
+        hbm = Memory.HBM
+        for ap in (*reads, *writes):
+            if ap.memory is hbm:  # (never met: a pattern fixes its operands' memories)
+                return self._new(ins, program, False, key)
+        region = self.regions.region
+        read_regions, write_regions = [region(ap) for ap in reads], [region(ap) for ap in writes]
+        plan = _copy_plan(template)
+        plan.reads = tuple([r.uid for r in read_regions])
+        plan.writes = tuple([r.uid for r in write_regions])
+        plan.read_neighbors = tuple([r.neighbor_ids for r in read_regions])
+        plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
+        self.templated += 1
+        # (its facts are not kept by its key, as `_new` keeps them: an unchecked program that
+        # meets an equal instruction checks it, which passes as its front end's check did, and
+        # finds its facts by pattern)
+        return self._add(plan, self._facts_of[template.uid], True)
+
+    def _may_template(self, ins: Instruction, plan: Plan) -> bool:
+        """Whether `plan` is its facts' and its regions' alone: not a DMA, no HBM operand or
+        traffic, no KIND (which `_new` records)."""
+        return (plan.code != -1 and plan.dma is None and not getattr(type(ins), "KIND", "")
+                and not plan.hbm_read and not plan.hbm_write
+                and all(ap.memory is not Memory.HBM for ap in (*ins.reads(), *ins.writes())))
 
     def _add(self, plan: Plan, facts: InstructionFacts, plain: bool) -> Plan:
         """Number `plan` as the next distinct plan, kept with its facts and whether it is
@@ -459,6 +533,15 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
                                     context=f"HBM tensor {decl.name} size"))
 
 
+
+
+def _same_key(key: tuple, other: tuple) -> bool:
+    """Whether two `Planner.key`s are equal, as the plan cache would find (False for keys
+    that cannot be compared, e.g. holding arrays: those are planned by their look-up)."""
+    try:
+        return key == other
+    except (TypeError, ValueError):
+        return False
 
 
 def _hbm_renamed(values: tuple, base: tuple) -> bool:

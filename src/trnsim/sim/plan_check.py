@@ -1,7 +1,8 @@
 """`TRNSIM_PLAN=check`: a program planned per pattern equals it planned per instruction.
 
-Plans a repeated span took from its source span (`isa.Repeats`) are checked too: each must be
-the object the instruction's own look-up finds (`compare_repeats`); each plan derived from its
+Plans a repeated span took from its source span (`isa.Repeats`), or for a varying instruction
+from the latest equal one at its place, are checked too: each must be the object the
+instruction's own look-up finds (`compare_repeats`); each plan derived from its
 source's for a varying (HBM-touching) instruction must equal the plan a full build (`check`,
 its own facts, `build_plan`) makes of it (`compare_derived`); and the reference plans every
 instruction by look-up, so uids (the order plans were made in) must agree as well.
@@ -55,19 +56,17 @@ def compare_plans(program: Program, core, plans: list[Plan]) -> None:
 
 
 def compare_repeats(program: Program, planner: Planner, plans: list[Plan]) -> None:
-    """Every plan `planner` took from a repeated span (`isa.Repeats`) is the very plan its
-    instruction's look-up finds in the planner's cache (entries are never replaced, so the
-    cache after planning answers as it did during it)."""
+    """Every plan `planner` took for a repeated span (`isa.Repeats`), copied from its source
+    span or, for a varying instruction, taken from the latest equal one at its place
+    (`Planner._plan_span`) or looked up, is the very plan its instruction's look-up finds in
+    the planner's cache (entries are never replaced, so the cache after planning answers as it
+    did during it)."""
     repeats = program.repeats
     if repeats is None or not repeats.describes(program) or not planner.use_repeats:
         return
     cache, instructions = planner._cache, program.instructions
-    for start, length, _, varying in repeats.spans:
-        skip = set(varying)
-        for offset in range(length):
-            index = start + offset
-            if offset in skip:
-                continue
+    for start, length, _, _ in repeats.spans:
+        for index in range(start, start + length):
             try:
                 found = cache.get(planner.key(instructions[index]))
             except TypeError:  # planned afresh, and so was its span (by look-up)
