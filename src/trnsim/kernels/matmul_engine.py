@@ -376,7 +376,7 @@ class Engine:
             chunk = nl.ndarray((P, plan.k_chunk, plan.block), dtype=self.dtype, buffer=nl.sbuf)
             operand = self.rhs if streamed == "rhs" else self.lhs
             self.load(chunk[:, 0:t1 - t0, 0:bw], operand, b0, bw, k_tiles=(t0, t1))
-            work = self._chunk_operands(items, accs, resident, chunk, b0, t0)
+            work = self._chunk_operands(items, accs, resident, chunk, streamed, b0, t0)
             for t in self._k_range(t0, t1):
                 for banks, lhs, lhs_shift, rhs_shift in work:
                     self._matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, t1)
@@ -384,13 +384,14 @@ class Engine:
             with kernel_scope("output block"):
                 self.sink(acc, r0, c0)
 
-    def _chunk_operands(self, items, accs: list[Tile], resident: list, chunk: Tile, b0: int,
-                        t0: int) -> list[tuple[list[tuple[Tile, Tile]], Tile, int, int]]:
+    def _chunk_operands(self, items, accs: list[Tile], resident: list, chunk: Tile,
+                        streamed: str, b0: int, t0: int
+                        ) -> list[tuple[list[tuple[Tile, Tile]], Tile, int, int]]:
         """(banks, lhs [128, KT', rows], lhs K-index shift, rhs K-index shift) of each item of
         `_k_streamed` for the chunk buffer holding K tiles t0..: the streamed side's views come
         from the chunk (K tile t at t - t0), the resident side's (`resident`: banks of the
         resident rhs, empty when rhs streams) are K tile t of the whole operand."""
-        if not resident:  # rhs streamed: lhs resident
+        if streamed == "rhs":  # lhs resident
             return [(self._banks(acc, chunk[:, :, c0 - b0:c0 - b0 + cw]), lhs_view, 0, t0)
                     for acc, (_, _, lhs_view, c0, cw, _) in zip(accs, items, strict=True)]
         return [(banks, chunk[:, :, r0 - b0:r0 - b0 + rr], t0, 0)

@@ -360,11 +360,9 @@ class Planner:
             if template is None:
                 self._templates[pattern] = plan if self._may_template(ins, plan) else False
             return plan
+        # (no HBM operand to bound or find: a pattern fixes its operands' memories, and the
+        # template's had none, `_may_template`)
         reads, writes = ins.reads(), ins.writes()
-        hbm = Memory.HBM
-        for ap in (*reads, *writes):
-            if ap.memory is hbm:  # (never met: a pattern fixes its operands' memories)
-                return self._new(ins, program, False, key)
         region = self.regions.region
         read_regions, write_regions = [region(ap) for ap in reads], [region(ap) for ap in writes]
         plan = _copy_plan(template)
