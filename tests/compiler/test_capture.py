@@ -215,3 +215,15 @@ def test_export_generates_graph_module_code_once(monkeypatch):
     assert len(generated) == 1 and generated[0] is exported.graph_module
     with torch.no_grad():
         torch.testing.assert_close(exported.module()(x), model(x))
+
+
+def test_export_without_torch_lazy_graph_modules_gives_the_same_graph(monkeypatch):
+    """The lazy switch is private to torch.fx: without it, export generates code eagerly."""
+    import torch.fx._lazy_graph_module as lazy
+
+    from trnsim.compiler.capture import capture
+
+    model, x = NoGradBlocks().eval(), torch.randn(2, 4)
+    lazily = capture(model, x).pretty()
+    monkeypatch.delattr(lazy, "_use_lazy_graph_module")
+    assert capture(model, x).pretty() == lazily

@@ -166,10 +166,14 @@ def _lazy_graph_modules() -> Iterator[None]:
     Export's passes rebuild and re-assign the graph module many times (Llama-2-7B: 24 code
     generations, each a Python ``compile`` of the whole forward); capture reads only the final
     graph, so all but the ExportedProgram's own module (a plain GraphModule) skip it. The graph
-    itself, its nodes and their metadata are the same either way."""
+    itself, its nodes and their metadata are the same either way. The switch is private to
+    torch.fx: a torch without it exports the same graph, generating code each time."""
+    import contextlib
+
     import torch.fx._lazy_graph_module as lazy
 
-    with lazy._use_lazy_graph_module(True):
+    use_lazy = getattr(lazy, "_use_lazy_graph_module", None)
+    with use_lazy(True) if use_lazy is not None else contextlib.nullcontext():
         yield
 
 
