@@ -181,3 +181,49 @@ def test_direct_and_decomposed_capture_agree(zoo, name):
     kinds = [{k: v for k, v in run_pipeline(g, CompileOptions(auto_cast="none")).op_counts().items()
               if k.startswith("k.")} for g in (m.graph, core)]
     assert kinds[0] == kinds[1]
+
+
+class NoGradBlocks(torch.nn.Module):
+    """Linear layers with a no_grad block each (as Llama's rotary embedding has): export records
+    the grad-mode switches and splits the graph around them, then inlines it back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            with torch.no_grad():
+                scale = torch.arange(4.0) + 1
+            x = layer(x) * scale
+        return x
+
+
+def test_export_generates_graph_module_code_once(monkeypatch):
+    """torch.export's intermediate graph modules are lazy (`capture._lazy_graph_modules`): their
+    Python source is generated only if run, so capture generates it once, for the exported
+    program's own module, which still runs as the model does."""
+    from torch.fx import GraphModule
+
+    from trnsim.compiler.capture import export
+
+    generated = []
+    real = GraphModule.recompile
+    monkeypatch.setattr(GraphModule, "recompile", lambda gm: generated.append(gm) or real(gm))
+    model, x = NoGradBlocks().eval(), torch.randn(2, 4)
+    exported = export(model, (x,), {}, decompose=False)
+    assert len(generated) == 1 and generated[0] is exported.graph_module
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(x), model(x))
+
+
+def test_export_without_torch_lazy_graph_modules_gives_the_same_graph(monkeypatch):
+    """The lazy switch is private to torch.fx: without it, export generates code eagerly."""
+    import torch.fx._lazy_graph_module as lazy
+
+    from trnsim.compiler.capture import capture
+
+    model, x = NoGradBlocks().eval(), torch.randn(2, 4)
+    lazily = capture(model, x).pretty()
+    monkeypatch.delattr(lazy, "_use_lazy_graph_module")
+    assert capture(model, x).pretty() == lazily

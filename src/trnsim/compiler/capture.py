@@ -6,7 +6,8 @@ The steps, each explained where it happens:
    ``use_cache=False``): torch-neuronx traces inference, and a KV cache output is not a tensor.
 2. ``torch.export.export(strict=False)``: non-strict export runs the model's Python as is, which
    is what Hugging Face models need. A failure (data-dependent control flow, a shape error in the
-   model) becomes a `CaptureError` that names what was rejected and the model's line.
+   model) becomes a `CaptureError` that names what was rejected and the model's line. Export's
+   intermediate graph modules are lazy: no Python source is generated for graphs nobody runs.
 3. Translate torch.export's graph directly when every operator in it has a translation (the
    common case: `trnsim.compiler.aten_composite`), else ``run_decompositions`` to core ATen,
    keeping ``scaled_dot_product_attention`` whole: it is the attention kernel's natural
@@ -146,7 +147,8 @@ def export(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecation noise
         start = time.perf_counter()
         try:
-            exported = torch.export.export(model, args, kwargs, strict=False)
+            with _lazy_graph_modules():
+                exported = torch.export.export(model, args, kwargs, strict=False)
         except TrnsimError:
             raise
         except Exception as exc:  # torch raises many types; each becomes one explanation
@@ -155,6 +157,24 @@ def export(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
             raise error from exc
         timings["export_s"] = time.perf_counter() - start
     return decompose_to_core(exported, timings) if decompose else exported
+
+
+@contextmanager
+def _lazy_graph_modules() -> Iterator[None]:
+    """torch.fx graph modules made inside generate their Python source only when run or read.
+
+    Export's passes rebuild and re-assign the graph module many times (Llama-2-7B: 24 code
+    generations, each a Python ``compile`` of the whole forward); capture reads only the final
+    graph, so all but the ExportedProgram's own module (a plain GraphModule) skip it. The graph
+    itself, its nodes and their metadata are the same either way. The switch is private to
+    torch.fx: a torch without it exports the same graph, generating code each time."""
+    import contextlib
+
+    import torch.fx._lazy_graph_module as lazy
+
+    use_lazy = getattr(lazy, "_use_lazy_graph_module", None)
+    with use_lazy(True) if use_lazy is not None else contextlib.nullcontext():
+        yield
 
 
 def decompose_to_core(exported: Any, timings: dict[str, float] | None = None) -> Any:
@@ -169,7 +189,8 @@ def decompose_to_core(exported: Any, timings: dict[str, float] | None = None) ->
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         try:
-            result = exported.run_decompositions(table)
+            with _lazy_graph_modules():
+                result = exported.run_decompositions(table)
         except Exception as exc:
             raise explain_export_failure(exc) from exc
     if timings is not None:
