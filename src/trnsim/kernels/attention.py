@@ -683,11 +683,15 @@ class _Attention:
         key_tiles = tiles(kw, P)
         first_tile = k0 // P  # chunks start on a key tile (2048 is a multiple of 128)
         probs_t = nl.ndarray((P, len(key_tiles), self.group, P), dtype=self.dtype, buffer=nl.sbuf)
-        # runs as one loop `stamped_range` may replay (its body a call: no scope, no branch); the
-        # last run is the rest, possibly none. Stamping needs tile-name deltas (each transpose
-        # has a fresh PSUM bank) and 5-iteration loops, which nki/stamp.py does not take yet
-        for r in stamped_range(len(key_tiles) // TRANSPOSE_RUN + 1):
-            self._probability_transposes(hn, qr, probs, probs_t, key_tiles, r * TRANSPOSE_RUN)
+        # runs of full key tiles as one loop `stamped_range` may replay (its body a call: no
+        # scope, no branch), the last iteration the rest (a partial tile, possibly nothing).
+        # The evictor's engines are chosen from its turn before the loop (a stamped run does
+        # not advance it), then the turn is moved past every copy
+        full = len(key_tiles) - (key_tiles[-1][1] < P)
+        runs, turn, banks = full // TRANSPOSE_RUN, self.evictor.turn, len(tiles(hn, 4))
+        for r in stamped_range(runs + 1):
+            self._probability_transposes(hn, qr, probs, probs_t, key_tiles, r, runs, turn)
+        self.evictor.turn = turn + len(key_tiles) * banks
         acc = psum_tile(self.group, self.dv, zeros=True)
         for g in range(hn):
             head = 0 if self.v_shared else h0 + g
@@ -698,18 +702,24 @@ class _Attention:
         return acc
 
     def _probability_transposes(self, hn: int, qr: int, probs: Tile, probs_t: Tile,
-                                key_tiles: list[tuple[int, int]], t0: int) -> None:
-        """probs_t[:, t] = P[:, key tile t]^T for the key tiles from t0 in a run of
-        `TRANSPOSE_RUN`, through PSUM banks."""
-        for t in range(t0, min(t0 + TRANSPOSE_RUN, len(key_tiles))):
+                                key_tiles: list[tuple[int, int]], run: int, runs: int,
+                                turn: int) -> None:
+        """probs_t[:, t] = P[:, key tile t]^T, through PSUM banks, for the key tiles of run
+        `run` of `TRANSPOSE_RUN` full tiles (of `runs`), or for the rest after the last run;
+        evictions alternate engines from the evictor's `turn` before the first run."""
+        t0 = run * TRANSPOSE_RUN
+        t1 = len(key_tiles) if run == runs else t0 + TRANSPOSE_RUN
+        groups = tiles(hn, 4)
+        for t in range(t0, t1):
             c0, kr = key_tiles[t]
-            for g0, gn in tiles(hn, 4):
+            for b, (g0, gn) in enumerate(groups):
                 with kernel_scope("probability transposes"):
                     bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
                     for j in range(gn):
                         bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, c0:c0 + kr])
+                    engine = "scalar" if (turn + t * len(groups) + b) % 2 == 0 else "vector"
                     self.evictor.copy(probs_t[0:kr, t, g0:g0 + gn, 0:qr],
-                                      bank[0:kr, 0:gn, 0:qr])
+                                      bank[0:kr, 0:gn, 0:qr], engine)
 
     # --- masks ---------------------------------------------------------------------------------
     def _mask_terms(self, index, q0: int, qr: int, keys: tuple[int, int] | None = None
