@@ -69,6 +69,22 @@ def _nested(out, a, b):
     nl.store(out, value=nl.copy(acc, dtype=out.dtype))
 
 
+def _fresh_banks(out, a, b):
+    """A body that allocates a PSUM bank per matmul and frees it at the iteration's end: four
+    banks per iteration, rotating through the four a held tile leaves, so each iteration finds
+    the ring where the one before found it; its tiles' names are new in each iteration."""
+    at, bt = nl.load(a), nl.load(b)
+    nl.zeros((128, 4, 512), nl.float32, buffer=nl.psum)  # held to the end
+    res = nl.ndarray((128, 2048), nl.bfloat16, buffer=nl.sbuf)
+    for i in nl.affine_range(8):
+        for j in range(4):
+            bank = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+            bank[...] = nisa.nc_matmul(at, bt)
+            res[:, (i * 4 + j) * 64:(i * 4 + j + 1) * 64] = nl.copy(bank[:, 0:64],
+                                                                    dtype=nl.bfloat16)
+    nl.store(out, value=res)
+
+
 HARNESS = {  # name: (kernel, inputs, output shape, attributes, stamps something)
     "resident-k": (_resident_k, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), {}, True),
     "nested": (_nested, [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), {}, True),
@@ -85,6 +101,12 @@ HARNESS = {  # name: (kernel, inputs, output shape, attributes, stamps something
     # eight key tiles: P @ V's K loop (per head, entered again per head and query block)
     "attention-1k-keys": (attention, [_bf16(1, 2, 1024, 64)] * 3, (1, 2, 1024, 64),
                           {"scale": 0.125}, True),
+    # 16 key tiles, the last partial: P @ V's transposes in runs of 4 full tiles (the run of
+    # tiles 12-15 holds the partial one: it is the loop's last iteration, traced)
+    "attention-partial-tile": (attention, [_bf16(1, 2, 2000, 64)] * 3, (1, 2, 2000, 64),
+                               {"scale": 0.125}, True),
+    "fresh-psum-banks": (_fresh_banks, [_bf16(128, 128), _bf16(128, 512)], (128, 2048), {},
+                         True),
     "flash-forward": (flash_attention_packed, [_f32(1, 2, 384, 64)] * 3, (1, 2, 384, 66),
                       {"scale": 0.125, "causal": True}, False),
     "flash-backward": (flash_attention_backward_packed,
@@ -408,3 +430,98 @@ def test_an_instruction_moves_by_each_kind_of_difference():
     assert moved == replace(mm, moving=replace(ap, offset=1024 + 3 * 1024))
     assert stamp._apply((1, ap), stamp._delta((1, ap), (3, replace(ap, offset=0))), 2, {}) == \
         (5, replace(ap, offset=-1024))
+
+
+# --- tiles a body allocates and frees: names and the ring ------------------------------------------
+def test_a_moved_name_must_be_a_tile_the_iteration_named():
+    """A tensor name moves with a stamped iteration only when it is a tile the later iteration
+    made (its number among that iteration's new names, as far from the earlier one's as an
+    iteration makes names); any other renaming is not a difference stamping can extend."""
+    from types import SimpleNamespace
+
+    from trnsim.isa import AccessPattern, Memory
+    from trnsim.numerics import dtype
+
+    def ap(offset, tensor):
+        return AccessPattern(Memory.PSUM, dtype("float32"), 128, ((1, 512),), offset, tensor=tensor)
+
+    later = SimpleNamespace(ids0=20, ids=5)  # the later iteration named t20..t24
+    assert stamp._delta(ap(0, "t17"), ap(2048, "t22"), later) == ("apt", 2048, 5)
+    assert stamp._delta(ap(0, "mm_16"), ap(0, "mm_21"), later) == ("apt", 0, 5)
+    assert stamp._delta(ap(0, "t12"), ap(0, "t17"), later) is None  # made before the iteration
+    assert stamp._delta(ap(0, "t18"), ap(0, "t22"), later) is None  # another place among them
+    assert stamp._delta(ap(0, "t17"), ap(0, "mm_22"), later) is None
+    assert stamp._delta(ap(0, "acc17"), ap(0, "acc22"), later) is None  # not a trace's number
+    moved = stamp._apply(ap(0, "t22"), ("apt", 2048, 5), 3, {})
+    assert moved == ap(3 * 2048, "t37")
+
+
+def test_a_ring_cursor_is_compared_where_it_starts_looking():
+    """`_cursor` maps a PSUM ring's cursor to where its next allocation starts looking; every
+    allocation from a cursor and from what `_cursor` gives lands at the same offset."""
+    from trnsim.errors import LimitExceededError
+    from trnsim.isa import Memory
+    from trnsim.nki.trace import RingAllocator
+
+    bank, capacity = 2048, 16384
+    rng = np.random.default_rng(7)
+    moved = 0
+    for _ in range(300):
+        ring = RingAllocator(Memory.PSUM, capacity, bank_bytes=bank)
+        for k in range(int(rng.integers(0, 5))):
+            try:
+                ring.allocate(int(rng.choice([512, 2048, 4096, 8192])), f"t{k}", 4)
+            except LimitExceededError:
+                break
+        for offset in list(ring.live):
+            if rng.random() < 0.3:
+                ring.free(offset)
+        ring.cursor = int(rng.choice([0, 512, 2048, 4096, 8192, 10240, capacity]))
+        normal = stamp._cursor(ring)
+        moved += normal != ring.cursor
+        for nbytes in (4, 512, 2048, 4096, 6144):
+            offsets = []
+            for cursor in (ring.cursor, normal):
+                twin = RingAllocator(Memory.PSUM, capacity, bank_bytes=bank)
+                twin.live, twin.cursor = dict(ring.live), cursor
+                try:
+                    offsets.append(twin.allocate(nbytes, "probe", 4))
+                except LimitExceededError:
+                    offsets.append(None)
+            assert offsets[0] == offsets[1], (ring.live, ring.cursor, normal, nbytes)
+    assert moved > 30  # (the cases the test is for: cursors moved)
+    ring = RingAllocator(Memory.PSUM, capacity, bank_bytes=bank)
+    ring.allocate(8192, "scores", 4)
+    ring.cursor = capacity  # after four banks allocated and freed past the scores
+    assert stamp._cursor(ring) == 8192
+    ring.cursor = 512  # inside the scores, off a bank boundary: a candidate there straddles
+    assert stamp._cursor(ring) == 512
+
+
+def _short_runs(out, a, b, *, runs, n):
+    """A loop of `n` matmuls into their own columns that the kernel enters `runs` times."""
+    at = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+    bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
+    at[...], bt[...] = nl.load(a[0:128, :]), nl.load(b[0:128, :])
+    for _ in range(runs):
+        acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(n):
+            acc[:, k * 32:(k + 1) * 32] = nisa.nc_matmul(at, bt[:, k * 32:(k + 1) * 32])
+        nl.store(out[:, 0:32 * n], value=nl.copy(acc[:, 0:32 * n], dtype=out.dtype))
+
+
+@pytest.mark.parametrize("n, first, later", [(4, 0, 1), (5, 1, 2)])
+def test_a_short_loop_stamps_from_its_earlier_run(n, first, later, monkeypatch,
+                                                 stamped_iterations):
+    """A loop of 4 or 5 iterations: its first run traces three, stamps what is left before the
+    last (none of 4) and leaves its template; each later run traces two, stamps the rest but the
+    last. Same program as tracing every iteration; check mode proves each stamp."""
+    programs = {}
+    for mode in ("off", "on", "check"):
+        monkeypatch.setenv(stamp.STAMP_ENV, mode)
+        trace, _, _ = trace_kernel(lambda out, a, b: _short_runs(out, a, b, runs=3, n=n),
+                                   [_bf16(1280, 128), _bf16(1280, 512)], (128, 512), "bfloat16")
+        programs[mode] = trace.builder.program
+    assert stamped_iterations[0] == first + 2 * later
+    _assert_same_programs(programs["on"], programs["off"])
+    _assert_same_programs(programs["check"], programs["off"])

@@ -80,6 +80,10 @@ INTERLEAVE_TILES = 8  # key tiles per interleaved K/V load (runs of 8 rows: 1 Ki
 # query blocks that share one pass over streamed K/V: K and V are read from HBM once per this
 # many blocks; their Q and running softmax state (about 1.3 KiB a block at d = 128) stay in SBUF
 STREAM_QUERY_BLOCKS = 16
+# key tiles per run of probability transposes (`_values_product`): the PSUM banks they rotate
+# through (4 when a group's scores hold the other 4 of 8) and the evictor's two engines repeat
+# within a run, so consecutive runs emit alike, up to tile names and offsets
+TRANSPOSE_RUN = 4
 
 
 def attention(out: Tile, q: Tile, k: Tile, v: Tile, *, scale: float, mask: Tile | None = None,
@@ -679,14 +683,15 @@ class _Attention:
         key_tiles = tiles(kw, P)
         first_tile = k0 // P  # chunks start on a key tile (2048 is a multiple of 128)
         probs_t = nl.ndarray((P, len(key_tiles), self.group, P), dtype=self.dtype, buffer=nl.sbuf)
-        for t, (c0, kr) in enumerate(key_tiles):
-            for g0, gn in tiles(hn, 4):
-                with kernel_scope("probability transposes"):
-                    bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
-                    for j in range(gn):
-                        bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, c0:c0 + kr])
-                    self.evictor.copy(probs_t[0:kr, t, g0:g0 + gn, 0:qr],
-                                      bank[0:kr, 0:gn, 0:qr])
+        # runs of full key tiles as one loop `stamped_range` may replay (its body a call: no
+        # scope, no branch), the last iteration the rest (a partial tile, possibly nothing).
+        # The evictor's engines are chosen from its turn before the loop (a stamped run does
+        # not advance it), then the turn is moved past every copy
+        full = len(key_tiles) - (key_tiles[-1][1] < P)
+        runs, turn, banks = full // TRANSPOSE_RUN, self.evictor.turn, len(tiles(hn, 4))
+        for r in stamped_range(runs + 1):
+            self._probability_transposes(hn, qr, probs, probs_t, key_tiles, r, runs, turn)
+        self.evictor.turn = turn + len(key_tiles) * banks
         acc = psum_tile(self.group, self.dv, zeros=True)
         for g in range(hn):
             head = 0 if self.v_shared else h0 + g
@@ -695,6 +700,26 @@ class _Attention:
                 acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
                                                   values[0:kr, head, first_tile + t, :])
         return acc
+
+    def _probability_transposes(self, hn: int, qr: int, probs: Tile, probs_t: Tile,
+                                key_tiles: list[tuple[int, int]], run: int, runs: int,
+                                turn: int) -> None:
+        """probs_t[:, t] = P[:, key tile t]^T, through PSUM banks, for the key tiles of run
+        `run` of `TRANSPOSE_RUN` full tiles (of `runs`), or for the rest after the last run;
+        evictions alternate engines from the evictor's `turn` before the first run."""
+        t0 = run * TRANSPOSE_RUN
+        t1 = len(key_tiles) if run == runs else t0 + TRANSPOSE_RUN
+        groups = tiles(hn, 4)
+        for t in range(t0, t1):
+            c0, kr = key_tiles[t]
+            for b, (g0, gn) in enumerate(groups):
+                with kernel_scope("probability transposes"):
+                    bank = nl.ndarray((P, 4, P), dtype=nl.float32, buffer=nl.psum)
+                    for j in range(gn):
+                        bank[0:kr, j, 0:qr] = nisa.nc_transpose(probs[0:qr, g0 + j, c0:c0 + kr])
+                    engine = "scalar" if (turn + t * len(groups) + b) % 2 == 0 else "vector"
+                    self.evictor.copy(probs_t[0:kr, t, g0:g0 + gn, 0:qr],
+                                      bank[0:kr, 0:gn, 0:qr], engine)
 
     # --- masks ---------------------------------------------------------------------------------
     def _mask_terms(self, index, q0: int, qr: int, keys: tuple[int, int] | None = None

@@ -7,8 +7,13 @@ their operands start at. `stamped` traces iterations until three consecutive one
 instruction types and fields, with every difference an access pattern's byte offset or an integer
 field changing by the same amount from the first to the second as from the second to the third;
 the same nl/nisa call count, tile-name count and tile-use record (relative to the iteration's
-first call); no allocation, freeing, lazy PSUM zeroing, result reuse, warning or pending result in
-between (`_state`). The iterations up to the last are then stamped from the third one's
+first call); no allocation or freeing that outlives the iteration, lazy PSUM zeroing, result
+reuse, warning or pending result in between (`_state`; a ring allocator's cursor compared where
+its next allocation starts looking, `_cursor`). A body may allocate a tile it frees before the
+iteration ends (a PSUM bank per transpose, cycling through the banks left free): an operand's
+tensor name may then differ too, when it is a tile the iteration named, at the same place
+among its new names (`_fresh`: stamped iteration m names it m iterations' names on). The
+iterations up to the last are then stamped from the third one's
 instructions plus multiples of those differences, each checked and recorded as emission would
 (`Trace.note_accesses`: write versions, PSUM spans, tile uses) with the call and tile-name counters
 advanced as the body would. A check reads fields, never names: a stamped instruction is checked
@@ -20,7 +25,9 @@ A loop the kernel enters again (a matmul's K loop, once per output block) reuses
 its previous run at the same code location (`Trace.stamp_templates`): two traced iterations that
 agree with each other as that template's three did (the same per-instruction differences, calls,
 tile names and tile uses) stamp the rest. It trusts one difference of this run where a first run
-needs two; `TRNSIM_STAMP=check` proves it as it proves a first run's template.
+needs two; `TRNSIM_STAMP=check` proves it as it proves a first run's template. So a loop of as
+few as `MIN_REUSED` iterations is recorded: its first run leaves a template even when it is too
+short to stamp from its own.
 
 The body's own Python is screened before any stamping (`_screen_code`): no branch (an ``if`` on
 the index could go another way in a stamped iteration), no loop-carried local (read before written
@@ -49,12 +56,16 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, TrnsimError
 from trnsim.isa import AccessPattern, Instruction
+from trnsim.isa.access import interned
 
 if TYPE_CHECKING:
     from trnsim.nki.trace import Trace
 
 STAMP_ENV = "TRNSIM_STAMP"
-MIN_ITERATIONS = 6  # three traced to find the template, one traced last: stamp at least two
+# the shortest loop recorded: two traced iterations that agree with the template of an earlier
+# run at its code location, one stamped, one traced last (a first run traces three before it
+# stamps; a short one leaves its template for the next: a kernel's loop entered once per block)
+MIN_REUSED = 4
 MAX_MISSES = 3  # windows of three iterations that did not agree before a loop is traced plainly
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
                        "setdefault", "add", "discard", "sort", "reverse", "__setitem__"})
@@ -95,7 +106,7 @@ def stamped(trace: Trace, values: range, enter: Callable[[int, int], None] | Non
     n = len(values)
     # (a spilling trace reloads tiles where they are used: not replayed)
     stampable = trace.stampable and trace.spiller is None
-    mode = stamp_mode() if n >= MIN_ITERATIONS and stampable else "off"
+    mode = stamp_mode() if n >= MIN_REUSED and stampable else "off"
     frame = sys._getframe(depth) if mode != "off" else None
     carried = _screen_code(frame.f_code, frame.f_lasti) if frame is not None else None
     if carried is None:
@@ -106,10 +117,12 @@ def stamped(trace: Trace, values: range, enter: Callable[[int, int], None] | Non
     while i < n:
         recording = mode != "off" and misses < MAX_MISSES
         template = None
-        if recording and i < n - 1:
+        if recording:
             template = _template(history) or _reused(trace.stamp_templates.get(site), history)
             if template is not None:
                 trace.stamp_templates[site] = template
+                if i == n - 1:  # (the last iteration is traced: the template is for later runs)
+                    template = None
         if template is None and len(history) == 3:
             misses += 1
         if template is not None and mode == "on":
@@ -191,7 +204,7 @@ def _template(history: list[_Iteration]) -> _Template | None:
         return None
     deltas = []
     for x, y, z in zip(a.instructions, b.instructions, c.instructions, strict=True):
-        d1, d2 = _delta_instruction(x, y), _delta_instruction(y, z)
+        d1, d2 = _delta_instruction(x, y, b), _delta_instruction(y, z, c)
         if d1 is None or d1 != d2:
             return None
         deltas.append(d1)
@@ -219,7 +232,7 @@ def _reused(earlier: _Template | None, history: list[_Iteration]) -> _Template |
     if not (a.valid and b.valid and _alike(a, b, earlier.last)):
         return None
     for x, y, want in zip(a.instructions, b.instructions, earlier.deltas, strict=True):
-        if _delta_instruction(x, y) != want:
+        if _delta_instruction(x, y, b) != want:
             return None
     return _Template(b, earlier.deltas)
 
@@ -340,8 +353,9 @@ def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-def _delta_instruction(x, y) -> dict | None:
-    """{field: delta} taking instruction x to y, or None when y is not x moved."""
+def _delta_instruction(x, y, later: _Iteration | None = None) -> dict | None:
+    """{field: delta} taking instruction x to y, the same instruction of the next iteration
+    `later`, or None when y is not x moved."""
     if type(x) is not type(y):
         return None
     deltas = {}
@@ -349,7 +363,7 @@ def _delta_instruction(x, y) -> dict | None:
         a, b = getattr(x, name), getattr(y, name)
         if a is b:
             continue
-        d = _delta(a, b)
+        d = _delta(a, b, later)
         if d is None:
             return None
         if d != 0:
@@ -357,9 +371,10 @@ def _delta_instruction(x, y) -> dict | None:
     return deltas
 
 
-def _delta(a, b):
+def _delta(a, b, later: _Iteration | None = None):
     """0 for equal values; an int for integers; ("ap", bytes) for an access pattern whose
-    offset alone moved; ("seq", deltas) for a tuple of those; None otherwise."""
+    offset alone moved; ("apt", bytes, names) for one on a tile the later iteration named
+    (`_fresh`); ("seq", deltas) for a tuple of those; None otherwise."""
     if type(a) is not type(b):
         return None
     if a == b:
@@ -367,13 +382,42 @@ def _delta(a, b):
     if type(a) is int:
         return b - a
     if type(a) is AccessPattern:
+        if a.tensor != b.tensor:
+            names = _fresh(a.tensor, b.tensor, later)
+            if names is None or dataclasses.replace(a, offset=b.offset, tensor=b.tensor) != b:
+                return None
+            return ("apt", b.offset - a.offset, names)
         if a.offset != b.offset and dataclasses.replace(a, offset=b.offset) == b:
             return ("ap", b.offset - a.offset)
         return None
     if type(a) is tuple and len(a) == len(b):
-        parts = tuple(_delta(u, v) for u, v in zip(a, b, strict=True))
+        parts = tuple(_delta(u, v, later) for u, v in zip(a, b, strict=True))
         return None if any(p is None for p in parts) else ("seq", parts)
     return None
+
+
+def _fresh(a: str, b: str, later: _Iteration | None) -> int | None:
+    """The difference of the numbers of tile names a and b (`Trace._new_tile_id`: ``t<n>``, or
+    a pending result's ``<label>_<n>``), when b is a tile the iteration `later` named (its
+    number among the tile names that iteration made) and a the tile at the same place among
+    the names of the iteration before: a fresh tile per iteration, as a PSUM bank allocated
+    and freed in the body is. Then the difference is the names an iteration makes, and
+    stamped iteration m names its tile m such differences on. None otherwise (a name the loop
+    does not make: stamping cannot tell what it would be), or without `later`."""
+    stem_a, number_a = _numbered(a)
+    stem_b, number_b = _numbered(b)
+    if later is None or stem_a is None or stem_a != stem_b or not \
+            later.ids0 <= number_b < later.ids0 + later.ids or number_b - number_a != later.ids:
+        return None
+    return later.ids
+
+
+def _numbered(name: str) -> tuple[str | None, int]:
+    """(stem, number) of a tile name the trace numbered, else (None, 0)."""
+    stem = name.rstrip("0123456789")
+    if stem == name or not (stem == "t" or stem.endswith("_")):
+        return None, 0
+    return stem, int(name[len(stem):])
 
 
 def _apply(value, delta, m: int, patterns: dict):
@@ -383,7 +427,16 @@ def _apply(value, delta, m: int, patterns: dict):
         return value + m * delta
     if delta[0] == "ap":
         return value.moved_in(patterns, m * delta[1])
+    if delta[0] == "apt":
+        return _renamed_in(value, patterns, m * delta[1], m * delta[2])
     return tuple(_apply(v, d, m, patterns) for v, d in zip(value, delta[1], strict=True))
+
+
+def _renamed_in(ap: AccessPattern, patterns: dict, by: int, names: int) -> AccessPattern:
+    """`ap` moved `by` bytes, on the tile numbered `names` after its own (`_fresh`)."""
+    stem, number = _numbered(ap.tensor)
+    return interned(patterns, (ap.memory, ap.dtype, ap.partitions, ap.dims, ap.offset + by,
+                               ap.partition_start, ap.partition_step, f"{stem}{number + names}"))
 
 
 def _plan(ins, deltas: dict) -> tuple:
@@ -418,7 +471,7 @@ def _applied(plan: tuple, m: int, patterns: dict):
 def _state(trace: Trace) -> tuple:
     """What a stampable iteration leaves as it found it (beyond what its instructions record)."""
     invariants = trace.invariants
-    return (trace.sbuf.cursor, trace.sbuf.peak, len(trace.sbuf.live), trace.psum.cursor,
+    return (_cursor(trace.sbuf), trace.sbuf.peak, len(trace.sbuf.live), _cursor(trace.psum),
             trace.psum.peak, len(trace.psum.live), len(trace.last_use), len(trace.constants),
             len(invariants), next(reversed(invariants), None) if invariants else None,
             len(trace.hbm_tiles), trace.output_cursor, len(trace.compiler_psum),
@@ -426,6 +479,25 @@ def _state(trace: Trace) -> tuple:
             trace.spiller is None, trace.pending is None, len(trace.scopes),
             len(trace.builder.program.tensors), trace.exact_int, trace.label, trace.source,
             trace.zero_claims, trace.invariants_prune_at)
+
+
+def _cursor(ring) -> int:
+    """Where a ring's next allocation effectively starts (`RingAllocator.allocate`), so that a
+    body allocating and freeing a tile per free PSUM bank ends its iteration where it found the
+    ring: a cursor at the end looks from 0, as one at 0 does; a cursor on a bank boundary inside
+    a live tile moves to that tile's end before anything else (a bank-aligned candidate does not
+    straddle, and that tile is its first clash), as one at the tile's end does."""
+    cursor, bank = ring.cursor, ring.bank
+    for _ in range(len(ring.live) + 1):
+        if cursor >= ring.capacity:
+            cursor = 0
+        if not bank or cursor % bank:
+            break
+        end = next((o + s for o, (s, _) in ring.live.items() if o <= cursor < o + s), None)
+        if end is None:
+            break
+        cursor = end
+    return cursor
 
 
 def _frame_state(frame, carried: tuple[str, ...]) -> tuple:
