@@ -96,8 +96,9 @@ class _Space:
         """Link the regions found while deferred, all at once: the same neighbour lists, in the
         same order, as linking each when found (its own uid, then every overlapping region's in
         uid order: regions are found, and numbered, in order). The overlapping pairs come from
-        the compiled `overlap_pairs` when the compiled loop is loaded, else from a few array
-        operations per block of regions."""
+        the compiled `overlap_pairs` when the compiled loop is loaded, else from array
+        operations (`_pairs`: sorted by column in a space of one row pitch, else per block of
+        regions)."""
         pending, self.pending = self.pending, []
         if not pending:
             return
