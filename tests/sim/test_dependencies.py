@@ -2,11 +2,12 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from tests.sim.helpers import hbm_ap, sbuf_ap
 from trnsim import hardware
-from trnsim.sim.dependencies import Region, RegionIndex, _Space
+from trnsim.sim.dependencies import Region, RegionIndex, _dense_pairs, _rectangle_pairs, _Space
 
 
 def test_sbuf_rectangles_overlap_only_on_shared_bytes_and_partitions():
@@ -52,7 +53,25 @@ def test_region_overlap_falls_back_to_flat_spans_across_pitches():
     assert not Region(64, 0, 2, 0, 8).overlaps(Region(64, 0, 2, 8, 16))
 
 
-def _linked_in_batches(monkeypatch, compiled_pairs: bool) -> list:
+def test_one_pitch_pairs_equal_every_pair_tested():
+    # a space of one row pitch (SBUF's) takes the sorted-columns search: the same pairs, in
+    # the same order, as testing every pair; narrow tiles, then a few wide ones among them
+    rng = random.Random(2)
+    for wide in (0, 3):
+        rows = []
+        for k in range(400):
+            r0, c0 = rng.randrange(0, 120), rng.randrange(0, 4000)
+            c1 = c0 + (rng.randrange(1, 3000) if k < wide else rng.randrange(1, 64))
+            r1 = r0 + rng.randrange(1, 9)
+            rows.append((512, r0, r1, c0, c1, r0 * 512 + c0, (r1 - 1) * 512 + c1))
+        t = np.array(rows, dtype=np.int64)
+        for first in (0, 150, 399):
+            got, want = _rectangle_pairs(t, first, len(t)), _dense_pairs(t, first, len(t))
+            assert first or len(want[0]) > 100  # (a test that can find pairs)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _linked_in_batches(monkeypatch, compiled_pairs: bool, pitches=(0, 64, 128, 128)) -> list:
     from trnsim.sim import compiled
 
     if not compiled_pairs:
@@ -67,16 +86,17 @@ def _linked_in_batches(monkeypatch, compiled_pairs: bool) -> list:
         with index.deferred():
             index.hbm["t"] = space
             for _ in range(batch):
-                pitch = rng.choice([0, 64, 128, 128])
+                pitch = rng.choice(pitches)
                 r0, c0 = rng.randrange(0, 8), rng.randrange(0, 60)
                 region = space.get(pitch, r0, r0 + rng.randrange(1, 4), c0, c0 + rng.randrange(1, 20))
                 regions[region.uid] = region  # (a footprint met again is the same region)
     return list(regions.values())
 
 
+@pytest.mark.parametrize("pitches", [(0, 64, 128, 128), (128,)])
 @pytest.mark.parametrize("compiled_pairs", [False, True])
-def test_deferred_linking_lists_neighbours_in_discovery_order(monkeypatch, compiled_pairs):
-    regions = _linked_in_batches(monkeypatch, compiled_pairs)
+def test_deferred_linking_lists_neighbours_in_discovery_order(monkeypatch, compiled_pairs, pitches):
+    regions = _linked_in_batches(monkeypatch, compiled_pairs, pitches)
     for region in regions:
         if region.empty:
             continue

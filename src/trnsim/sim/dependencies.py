@@ -96,8 +96,9 @@ class _Space:
         """Link the regions found while deferred, all at once: the same neighbour lists, in the
         same order, as linking each when found (its own uid, then every overlapping region's in
         uid order: regions are found, and numbered, in order). The overlapping pairs come from
-        the compiled `overlap_pairs` when the compiled loop is loaded, else from a few array
-        operations per block of regions."""
+        the compiled `overlap_pairs` when the compiled loop is loaded, else from array
+        operations (`_pairs`: sorted by column in a space of one row pitch, else per block of
+        regions)."""
         pending, self.pending = self.pending, []
         if not pending:
             return
@@ -162,6 +163,14 @@ def _pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray
     pairs = compiled.loaded(overlap_pairs)
     if pairs is not None:
         return pairs(t, first, stop)
+    pitches = t[:, 0]
+    if pitches[0] and (pitches == pitches[0]).all():
+        return _rectangle_pairs(t, first, stop)
+    return _dense_pairs(t, first, stop)
+
+
+def _dense_pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_pairs` by testing each row against every row, a block of rows at a time."""
     all_rows, all_cols = [], []
     for start in range(first, stop, _LINK_BLOCK):
         b = t[start:min(start + _LINK_BLOCK, stop), None, :]
@@ -176,6 +185,41 @@ def _pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray
         all_rows.append(rows[keep])
         all_cols.append(cols[keep])
     return np.concatenate(all_rows), np.concatenate(all_cols)
+
+
+def _rectangle_pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_pairs` of a space whose regions all have one row pitch (SBUF, PSUM, an HBM tensor read
+    in row blocks): two overlap when their rows and their columns do (their flat spans then
+    do too). Two column ranges overlap when one starts inside the other, so the pairs whose
+    columns overlap are found from the regions sorted by start column, by two binary searches
+    per region, and only those are tested for rows: testing every pair of an SBUF's thousands of
+    regions was most of the deferred linking's time."""
+    n = len(t)
+    r0, r1, c0, c1 = t[:, 1], t[:, 2], t[:, 3], t[:, 4]
+    queries = np.arange(first, stop)
+    order = np.argsort(c0, kind="stable")
+    starts = c0[order]
+    # a region starting inside a query row's columns (at or after its start) ...
+    rows, cols = _spread(queries, np.searchsorted(starts, c0[queries], side="left"),
+                         np.searchsorted(starts, c1[queries], side="left"), order)
+    # ... and a query row starting inside a region's columns (after its start)
+    by_start = queries[np.argsort(c0[queries], kind="stable")]
+    query_starts = c0[by_start]
+    inside, owners = _spread(np.arange(n), np.searchsorted(query_starts, c0, side="right"),
+                             np.searchsorted(query_starts, c1, side="left"), by_start)
+    rows, cols = np.concatenate([rows, owners]), np.concatenate([cols, inside])
+    keep = (r0[cols] < r1[rows]) & (r1[cols] > r0[rows]) & (cols != rows)
+    rows, cols = rows[keep], cols[keep]
+    by_pair = np.argsort(rows * n + cols, kind="stable")
+    return rows[by_pair], cols[by_pair]
+
+
+def _spread(owners: np.ndarray, low: np.ndarray, high: np.ndarray,
+            targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, target) pairs: each owner with targets[low:high] of its own bounds."""
+    counts = high - low
+    positions = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts - low, counts)
+    return np.repeat(owners, counts), targets[positions]
 
 
 def overlap_pairs(t: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +264,7 @@ class RegionIndex:
         self.sbuf = _Space(self._uids, self)
         self.psum = _Space(self._uids, self)
         self.hbm: dict[str, _Space] = {}
-        self._by_ap: dict[AccessPattern, tuple[Region, int, Memory]] = {}
+        self._by_ap: dict[AccessPattern, Region] = {}
 
     @contextmanager
     def deferred(self):
@@ -248,15 +292,32 @@ class RegionIndex:
     def region(self, ap: AccessPattern) -> Region:
         found = self._by_ap.get(ap)
         if found is None:
-            found = self._by_ap[ap] = (self._footprint(ap), ap.nbytes, ap.memory)
-        return found[0]
+            found = self._by_ap[ap] = self._footprint(ap)
+        return found
+
+    def regions_of(self, aps: tuple[AccessPattern, ...]) -> tuple[tuple[int, ...], tuple[list[int], ...]]:
+        """(uids, neighbour lists) of the regions of `aps`, found in order as `region` finds
+        them: what a plan holds of its reads or writes (`Plan.reads`, `Plan.read_neighbors`),
+        in one call (a lowered program plans ~10^5 instructions' operands)."""
+        by_ap = self._by_ap
+        if len(aps) == 1:
+            ap = aps[0]
+            found = by_ap.get(ap)
+            if found is None:
+                found = by_ap[ap] = self._footprint(ap)
+            return (found.uid,), (found.neighbor_ids,)
+        uids, neighbors = [], []
+        for ap in aps:
+            found = by_ap.get(ap)
+            if found is None:
+                found = by_ap[ap] = self._footprint(ap)
+            uids.append(found.uid)
+            neighbors.append(found.neighbor_ids)
+        return tuple(uids), tuple(neighbors)
 
     def info(self, ap: AccessPattern) -> tuple[Region, int, Memory]:
-        """(footprint, bytes accessed, memory) of an access pattern, computed once."""
-        found = self._by_ap.get(ap)
-        if found is None:
-            found = self._by_ap[ap] = (self._footprint(ap), ap.nbytes, ap.memory)
-        return found
+        """(footprint, bytes accessed, memory) of an access pattern."""
+        return self.region(ap), ap.nbytes, ap.memory
 
     def _footprint(self, ap: AccessPattern) -> Region:
         if ap.memory is Memory.HBM:

@@ -46,6 +46,7 @@ import operator
 import os
 import weakref
 from collections.abc import Mapping
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -173,13 +174,14 @@ class Planner:
     def _plan_range(self, program: Program, first: int, end: int, check: bool, plans: list[Plan],
                     fresh: list[int]) -> None:
         """Append the plans of instructions [first, end), each found by its key."""
-        cache = self._cache
-        key_of = self.key
+        cache, getters = self._cache, self._getters
         append = plans.append
         # instructions their front end checked: copies of their pattern's template, if any
         templated = self._templated if self.by_pattern and not check else None
         for ins in program.instructions[first:end]:
-            key = key_of(ins)
+            cls = type(ins)  # (`key`, inline: this loop runs once per instruction)
+            getter = getters.get(cls)
+            key = (cls, (getter or self._getter(cls))(ins))
             try:
                 plan = cache.get(key)
             except TypeError:  # an unhashable attribute: check and plan it every time
@@ -198,23 +200,48 @@ class Planner:
         offsets, and each varying instruction's. One whose key equals the key of the latest
         instruction planned by its key at its place (`_slots`, at first the source itself: a
         source span has no fresh plan) takes that one's plan, which its look-up would find;
-        any other is looked up (`_plan_varying`)."""
-        instructions, slots, key_of = program.instructions, self._slots, self.key
+        any other is looked up (`_plan_varying`). The varying instructions' keys are found and
+        compared with their places' all at once: a layer's call that reads the same tensors as
+        the layer's previous call takes every latest plan in one step."""
+        if not varying:
+            plans += plans[source:source + length]
+            return
+        instructions, slots = program.instructions, self._slots
+        places = [source + offset for offset in varying]
+        lasts = list(map(slots.get, places))
+        if None in lasts:
+            for k, last in enumerate(lasts):
+                if last is None:
+                    base = places[k]
+                    lasts[k] = slots[base] = (self.key(instructions[base]), plans[base])
+        keys = self._keys([instructions[start + offset] for offset in varying])
+        if _same_keys(keys, [last[0] for last in lasts]):
+            span = plans[source:source + length]
+            for offset, last in zip(varying, lasts, strict=True):
+                span[offset] = last[1]
+            plans += span
+            return
+        append = plans.append
         after = 0
-        for offset in varying:
+        for offset, key, last in zip(varying, keys, lasts, strict=True):
             plans += plans[source + after:source + offset]
             after = offset + 1
-            key = key_of(instructions[start + offset])
-            last = slots.get(source + offset)
-            if last is None:
-                base = source + offset
-                last = slots[base] = (key_of(instructions[base]), plans[base])
             if _same_key(key, last[0]):
-                plans.append(last[1])
+                append(last[1])
             else:
                 self._plan_varying(program, start + offset, source + offset, key, check,
                                    plans, fresh)
         plans += plans[source + after:source + length]
+
+    def _keys(self, instructions: list[Instruction]) -> list[tuple]:
+        """`key` of each of `instructions`: by one getter over the list when they are of one
+        class (a replayed call's DMAs)."""
+        classes = set(map(type, instructions))
+        if len(classes) != 1:
+            return list(map(self.key, instructions))
+        cls = classes.pop()
+        getter = self._getters.get(cls) or self._getter(cls)
+        return list(zip(repeat(cls), map(getter, instructions)))
 
     def _plan_varying(self, program: Program, index: int, source: int, key: tuple,
                       check: bool, plans: list[Plan], fresh: list[int]) -> None:
@@ -286,6 +313,8 @@ class Planner:
         """The base plan's region uids and neighbour lists of `operands`, with each HBM
         operand's own (found in operand order, as `build_plan` finds them)."""
         hbm = Memory.HBM
+        if len(operands) == 1:  # (a DMA's one source or destination)
+            return self.regions.regions_of(operands) if operands[0].memory is hbm else (uids, neighbors)
         swapped = None
         for position, ap in enumerate(operands):
             if ap.memory is hbm:
@@ -308,11 +337,13 @@ class Planner:
         """What makes two instructions the same for checking and timing: class and attributes
         other than ``source`` and ``label``."""
         cls = type(ins)
-        getter = self._getters.get(cls)
-        if getter is None:
-            names = [f.name for f in dataclasses.fields(cls) if f.name not in ("source", "label")]
-            getter = self._getters[cls] = attrgetter(*names, "engine")  # always a tuple
-        return cls, getter(ins)
+        return cls, (self._getters.get(cls) or self._getter(cls))(ins)
+
+    def _getter(self, cls: type) -> attrgetter:
+        """The attribute getter of `key` for instructions of `cls` (made once per class)."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("source", "label")]
+        getter = self._getters[cls] = attrgetter(*names, "engine")  # always a tuple
+        return getter
 
     def pattern(self, key: tuple) -> tuple:
         """The instruction's pattern: its `key` with each access pattern replaced by its form
@@ -362,19 +393,19 @@ class Planner:
             return plan
         # (no HBM operand to bound or find: a pattern fixes its operands' memories, and the
         # template's had none, `_may_template`)
-        reads, writes = ins.reads(), ins.writes()
-        region = self.regions.region
-        read_regions, write_regions = [region(ap) for ap in reads], [region(ap) for ap in writes]
+        regions_of = self.regions.regions_of
         plan = _copy_plan(template)
-        plan.reads = tuple([r.uid for r in read_regions])
-        plan.writes = tuple([r.uid for r in write_regions])
-        plan.read_neighbors = tuple([r.neighbor_ids for r in read_regions])
-        plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
+        plan.reads, plan.read_neighbors = regions_of(ins.reads())
+        plan.writes, plan.write_neighbors = regions_of(ins.writes())
         self.templated += 1
         # (its facts are not kept by its key, as `_new` keeps them: an unchecked program that
         # meets an equal instruction checks it, which passes as its front end's check did, and
-        # finds its facts by pattern)
-        return self._add(plan, self._facts_of[template.uid], True)
+        # finds its facts by pattern; `_add`, inline)
+        plan.uid = len(self.distinct)
+        self.distinct.append(plan)
+        self._facts_of.append(self._facts_of[template.uid])
+        self._plain.append(True)
+        return plan
 
     def _may_template(self, ins: Instruction, plan: Plan) -> bool:
         """Whether `plan` is its facts' and its regions' alone: not a DMA, no HBM operand or
@@ -538,6 +569,14 @@ def _same_key(key: tuple, other: tuple) -> bool:
     that cannot be compared, e.g. holding arrays: those are planned by their look-up)."""
     try:
         return key == other
+    except (TypeError, ValueError):
+        return False
+
+
+def _same_keys(keys: list[tuple], others: list[tuple]) -> bool:
+    """Whether two lists of keys are equal key by key (`_same_key`)."""
+    try:
+        return keys == others
     except (TypeError, ValueError):
         return False
 

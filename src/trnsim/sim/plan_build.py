@@ -154,13 +154,8 @@ def build_plan(ins: Instruction, core, regions: RegionIndex, ports: PortTable, *
         facts = instruction_facts(ins, core, ports)
     plan = Plan()
     reads, writes = operands if operands is not None else (ins.reads(), ins.writes())
-    region = regions.region
-    read_regions = [region(ap) for ap in reads]
-    write_regions = [region(ap) for ap in writes]
-    plan.reads = tuple([r.uid for r in read_regions])
-    plan.writes = tuple([r.uid for r in write_regions])
-    plan.read_neighbors = tuple([r.neighbor_ids for r in read_regions])
-    plan.write_neighbors = tuple([r.neighbor_ids for r in write_regions])
+    plan.reads, plan.read_neighbors = regions.regions_of(reads)
+    plan.writes, plan.write_neighbors = regions.regions_of(writes)
     plan.flops = facts.flops
     plan.precision = facts.precision
     if on_chip and (facts.hbm_read or facts.hbm_write):
