@@ -397,12 +397,19 @@ class Engine:
 def _k_loop(matmuls: Callable, work: list, k_range: Iterator[int], stop: int) -> None:
     """A K loop (`Engine._k_range`, stamped): per K tile t, ``matmuls(banks, lhs, t - lhs
     shift, t - rhs shift, t, stop)`` (`Engine._matmuls`) for each (banks, lhs, lhs shift, rhs
-    shift) of `work`, in order. A function of its own so that the loop's frame holds only these
-    few locals: stamping screens the frame's objects once per recorded iteration
-    (`trnsim.nki.stamp`), an engine's whole attribute dict in a method's frame."""
+    shift) of `work`, in order. Functions of their own so that the loop's frame holds only these
+    few locals, alike from the first iteration on: stamping screens the frame's objects once per
+    recorded iteration (`trnsim.nki.stamp`; an engine's whole attribute dict in a method's
+    frame) and needs them equal in the iterations it takes as a template (an inner loop's
+    variables, unbound before the first iteration, would cost one traced iteration more)."""
     for t in k_range:
-        for banks, lhs, lhs_shift, rhs_shift in work:
-            matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, stop)
+        _k_tile(matmuls, work, t, stop)
+
+
+def _k_tile(matmuls: Callable, work: list, t: int, stop: int) -> None:
+    """K tile `t` of `_k_loop`."""
+    for banks, lhs, lhs_shift, rhs_shift in work:
+        matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, stop)
 
 
 def _shifted(ensure: Callable[[int, int], None], start: int) -> Callable[[int, int], None]:
