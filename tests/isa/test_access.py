@@ -4,7 +4,7 @@ import pytest
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory, ProgramBuilder, TensorCopy, hbm, sbuf
-from trnsim.isa.access import interned
+from trnsim.isa.access import Patterns, interned
 from trnsim.numerics import dtype
 
 
@@ -70,6 +70,26 @@ def test_interned_patterns_are_one_object_per_value():
     assert hash(ap) == hash(built) and ap.free_size == 4 and ap.byte_span() == built.byte_span()
     assert dtype("bfloat16") in {dtype("bfloat16")} and hash(dtype("bfloat16")) != hash(
         dtype("float32"))
+
+
+def test_moves_recorded_in_patterns_give_the_interned_pattern():
+    """`Patterns` remembers each move `moved_in` made: a repeated move returns the pattern the
+    fields name (the same object a lookup by fields or a plain dict gives), never another's."""
+    patterns = Patterns()
+    ap = interned(patterns, (Memory.PSUM, dtype("float32"), 128, ((1, 512),), 0, 0, 0, "acc"))
+    moved = ap.moved_in(patterns, 2048)
+    assert patterns.moves[(id(ap), 2048)] == (ap, moved)
+    assert ap.moved_in(patterns, 2048) is moved
+    assert interned(patterns, (Memory.PSUM, dtype("float32"), 128, ((1, 512),), 2048, 0, 0,
+                               "acc")) is moved
+    plain: dict = {}
+    assert interned(plain, (ap.memory, ap.dtype, 128, ((1, 512),), 0, 0, 0, "acc")).moved_in(
+        plain, 2048) == moved
+    # an entry whose pattern is gone cannot answer for an object that took its id
+    other = interned(patterns, (Memory.PSUM, dtype("float32"), 64, ((1, 256),), 0, 0, 0, "b"))
+    patterns.moves[(id(other), 2048)] = (ap, moved)
+    assert other.moved_in(patterns, 2048) == other.moved(2048) != moved
+    assert patterns.moves[(id(other), 2048)][0] is other
 
 
 def test_builder_allocates_checks_and_verifies():

@@ -31,6 +31,10 @@ class Memory(str, Enum):
         return self.value
 
 
+# the members as module globals, for hot paths: reading one through its class (`Memory.HBM`) goes
+# through the enum's metaclass each time, several times an instruction while tracing
+HBM, SBUF, PSUM = Memory.HBM, Memory.SBUF, Memory.PSUM
+
 # every access-pattern form met in this process, numbered (`AccessPattern.form`)
 _FORMS: dict[tuple, int] = {}
 
@@ -109,12 +113,20 @@ class AccessPattern:
                             None if span is None else (span[0] + by, span[1] + by))
 
     def moved_in(self, patterns: dict, by: int) -> AccessPattern:
-        """`moved`, as the one pattern of its fields in `patterns` (see `interned`)."""
+        """`moved`, as the one pattern of its fields in `patterns` (see `interned`); a move
+        made before in `Patterns` is looked up by two integers (`Patterns.moves`)."""
+        moves = getattr(patterns, "moves", None)
+        if moves is not None:
+            made = moves.get((id(self), by))
+            if made is not None and made[0] is self:
+                return made[1]
         key = (self.memory, self.dtype, self.partitions, self.dims, self.offset + by,
                self.partition_start, self.partition_step, self.tensor)
         ap = patterns.get(key)
         if ap is None:
             ap = patterns[key] = self.moved(by)
+        if moves is not None:
+            moves[(id(self), by)] = (self, ap)
         return ap
 
     def _placed(self, offset: int, tensor: str, span: tuple[int, int] | None) -> AccessPattern:
@@ -175,14 +187,14 @@ class AccessPattern:
 
     @property
     def on_chip(self) -> bool:
-        return self.memory is not Memory.HBM
+        return self.memory is not HBM
 
     # --- footprint (for dependencies and bounds) ---------------------------------------------
     def element_span(self) -> tuple[int, int]:
         """(lowest, highest+1) element offsets touched inside one partition (HBM: the whole tile)."""
         low = high = 0
         dims = list(self.dims)
-        if self.memory is Memory.HBM:
+        if self.memory is HBM:
             dims.append((self.partition_step, self.partitions))
         for stride, size in dims:
             if size <= 0:
@@ -206,7 +218,7 @@ class AccessPattern:
         return span
 
     def partition_range(self) -> tuple[int, int]:
-        if self.memory is Memory.HBM:
+        if self.memory is HBM:
             return (0, 1)
         return (self.partition_start, self.partition_start + self.partitions)
 
@@ -215,7 +227,7 @@ class AccessPattern:
         p0, p1 = self.partition_range()
         shape = ",".join(str(s) for s in self.shape)
         where = self.tensor or str(self.memory)
-        if self.memory is Memory.HBM:
+        if self.memory is HBM:
             return f"{where}@{self.offset} {self.dtype.name}[{shape}]"
         return f"{where}[{p0}:{p1}]+{self.offset}B {self.dtype.name}[{shape}]"
 
@@ -226,6 +238,19 @@ class AccessPattern:
         if new.itemsize != self.dtype.itemsize:
             raise ValueError("with_dtype needs equal item sizes; reshape the free dims instead")
         return _replace(self, dtype=new)
+
+
+class Patterns(dict):
+    """A trace's operands by their fields (`interned`), and the moves `moved_in` made of them:
+    (id of the moved pattern, bytes) -> (that pattern, the one it moved to). Loop-body stamping
+    moves the same operands by the same multiples in every run of a loop (a matmul's K loop per
+    output block); the key of two integers skips the field tuple's hash (its dtype's and dims')."""
+
+    __slots__ = ("moves",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moves: dict[tuple[int, int], tuple[AccessPattern, AccessPattern]] = {}
 
 
 def interned(patterns: dict, fields: tuple) -> AccessPattern:

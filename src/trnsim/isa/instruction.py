@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, TrnsimError, UnsupportedError
-from trnsim.isa.access import MAX_FREE_DIMS, MAX_FREE_SIZE, AccessPattern, Memory
+from trnsim.isa.access import HBM, MAX_FREE_DIMS, MAX_FREE_SIZE, SBUF, AccessPattern, Memory
 from trnsim.numerics import check_supported
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ class Engine(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+
+_DMA, _GPSIMD = Engine.DMA, Engine.GPSIMD  # (module globals for `check`: see `isa.access.HBM`)
 
 # Which memories each engine may read and write (hardware.md section 1: TensorE reads SBUF and
 # writes PSUM only; GpSimd is wired to SBUF; DMA moves between HBM and SBUF).
@@ -190,18 +192,19 @@ class Instruction:
             allowed = ", ".join(str(e) for e in self.ENGINES)
             self.fail(InvalidArgumentError(f"{self.name}: engine {self.engine} cannot run this "
                                            f"instruction (allowed: {allowed})"))
-        if self.engine is Engine.GPSIMD and core.gpsimd is None:
+        if self.engine is _GPSIMD and core.gpsimd is None:
             self.fail(UnsupportedError(f"{self.name}: {core.name} has no GpSimd engine"))
-        can_read, can_write = ENGINE_MEMORIES[self.engine]
         engine = self.engine
-        for ap in self.reads():
-            if not _has_passed(ap, engine, False, core):
-                self._check_operand(core, ap, can_read, "read")
-                _passed(ap, engine, False, core)
-        for ap in self.writes():
-            if not _has_passed(ap, engine, True, core):
-                self._check_operand(core, ap, can_write, "write")
-                _passed(ap, engine, True, core)
+        by_id = _PASSED_BY_ID  # (`_has_passed`'s first lookup, inline: most operands passed)
+        for written, aps in ((False, self.reads()), (True, self.writes())):
+            for ap in aps:
+                entry = by_id.get((id(ap), engine, written))
+                if entry is not None and entry[0] is ap and entry[1] is core:
+                    continue
+                if not _has_passed(ap, engine, written, core):
+                    memories = ENGINE_MEMORIES[engine][written]
+                    self._check_operand(core, ap, memories, "write" if written else "read")
+                    _passed(ap, engine, written, core)
 
     def flops(self) -> int:
         """Useful floating-point operations (TensorE: 2*M*N*K), for utilisation reports."""
@@ -237,7 +240,7 @@ class Instruction:
         for _, size in ap.dims:
             if size > MAX_FREE_SIZE:
                 self.limit("free dimension size", size, MAX_FREE_SIZE, core)
-        if ap.memory is Memory.HBM:
+        if ap.memory is HBM:
             return
         if ap.partitions > core.partitions:
             self.limit("partition count", ap.partitions, core.partitions, core)
@@ -246,9 +249,9 @@ class Instruction:
             self.limit("partition end", p1, core.partitions, core)
         if p0 < 0:
             self.fail(InvalidArgumentError(f"{self.name}: negative start partition {p0}"))
-        if self.engine is not Engine.DMA:
+        if self.engine is not _DMA:
             self._check_start_partition(ap, core)
-        capacity = (core.sbuf_bytes_per_partition if ap.memory is Memory.SBUF
+        capacity = (core.sbuf_bytes_per_partition if ap.memory is SBUF
                     else core.psum_bytes_per_partition)
         low, high = ap.byte_span()
         if low < 0 or high > capacity:
@@ -264,6 +267,48 @@ class Instruction:
             self.fail(InvalidArgumentError(
                 f"{self.name}: start partition {start} is not allowed for an access of {count} "
                 f"partitions on {core.name} (allowed starts: {', '.join(map(str, allowed))})"))
+
+
+def built(cls: type[Instruction], source: str | None, label: str, fields: dict) -> Instruction:
+    """``cls(source=source, label=label, **fields)``, without the frozen dataclass's generated
+    ``__init__`` (one ``object.__setattr__`` per field: as long as the rest of tracing an
+    instruction) for a class that adds no ``__post_init__``: the instance dict filled in field
+    order, the engine normalised as `Instruction.__post_init__` does. Anything else (another
+    ``__post_init__``, an unknown, repeated or missing field) is left to the class, which raises
+    as it would."""
+    plan = _plain_fields(cls)
+    if plan is None or not plan[1] <= fields.keys() or "source" in fields or "label" in fields:
+        return cls(source=source, label=label, **fields)
+    new = object.__new__(cls)
+    values = new.__dict__
+    values.update(plan[0])  # every field in order (a required one's placeholder overwritten)
+    values["source"], values["label"] = source, label
+    values.update(fields)
+    if len(values) != len(plan[0]):  # a field the class does not have
+        return cls(source=source, label=label, **fields)
+    engine = values["engine"]
+    if engine is None:
+        values["engine"] = cls.ENGINES[0]
+    elif not isinstance(engine, Engine):
+        values["engine"] = Engine(str(getattr(engine, "value", engine)))
+    return new
+
+
+@functools.cache
+def _plain_fields(cls: type) -> tuple[dict, frozenset[str]] | None:
+    """({field: default, or None where required}, required names) of an instruction class
+    `built` may fill in directly; None if it may not (its own ``__post_init__``, a field
+    outside ``__init__`` or with a default factory)."""
+    if cls.__post_init__ is not Instruction.__post_init__:
+        return None
+    order, required = {}, set()
+    for f in dataclasses.fields(cls):
+        if not f.init or f.default_factory is not dataclasses.MISSING:
+            return None
+        if f.default is dataclasses.MISSING:
+            required.add(f.name)
+        order[f.name] = None if f.default is dataclasses.MISSING else f.default
+    return order, frozenset(required)
 
 
 def engine_spec(core: CoreSpec, engine: Engine) -> EngineSpec:

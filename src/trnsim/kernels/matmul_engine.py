@@ -224,9 +224,8 @@ class Engine:
         with kernel_scope("output block"):
             acc = nl.zeros((rows, round_up(cols, BANK_FP32)), dtype=nl.float32, buffer=nl.psum)
             view = acc[:, 0:cols]
-            banks = self._banks(view, rhs_t)
-            for t in self._k_range(0, self.kt):
-                self._matmuls(banks, lhs_t, t, t, t, self.kt)
+            _k_loop(self._matmuls, [(self._banks(view, rhs_t), lhs_t, 0, 0)],
+                    self._k_range(0, self.kt), self.kt)
             self.sink(view, row0, col0)
 
     def _resident(self, operand: Operand, width: int, start: int, group: int) -> StagedLoader:
@@ -337,10 +336,9 @@ class Engine:
         cols = rhs_view.shape[2]
         with kernel_scope("k-outer group"):
             accs = _accumulators([(view.shape[2], cols) for view, _ in lhs_views])
-            banks = [self._banks(acc, rhs_view) for acc in accs]
-            for t in self._k_range(0, self.kt):
-                for acc_banks, (view, _) in zip(banks, lhs_views, strict=True):
-                    self._matmuls(acc_banks, view, t, t, t, self.kt)
+            work = [(self._banks(acc, rhs_view), view, 0, 0)
+                    for acc, (view, _) in zip(accs, lhs_views, strict=True)]
+            _k_loop(self._matmuls, work, self._k_range(0, self.kt), self.kt)
             for acc, (_, row0) in zip(accs, lhs_views, strict=True):
                 with kernel_scope("output block"):
                     self.sink(acc, row0, col0)
@@ -377,9 +375,7 @@ class Engine:
             operand = self.rhs if streamed == "rhs" else self.lhs
             self.load(chunk[:, 0:t1 - t0, 0:bw], operand, b0, bw, k_tiles=(t0, t1))
             work = self._chunk_operands(items, accs, resident, chunk, streamed, b0, t0)
-            for t in self._k_range(t0, t1):
-                for banks, lhs, lhs_shift, rhs_shift in work:
-                    self._matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, t1)
+            _k_loop(self._matmuls, work, self._k_range(t0, t1), t1)
         for acc, (r0, _, _, c0, _, _) in zip(accs, items, strict=True):
             with kernel_scope("output block"):
                 self.sink(acc, r0, c0)
@@ -396,6 +392,24 @@ class Engine:
                     for acc, (_, _, lhs_view, c0, cw, _) in zip(accs, items, strict=True)]
         return [(banks, chunk[:, :, r0 - b0:r0 - b0 + rr], t0, 0)
                 for banks, (r0, rr, _, _, _, _) in zip(resident, items, strict=True)]
+
+
+def _k_loop(matmuls: Callable, work: list, k_range: Iterator[int], stop: int) -> None:
+    """A K loop (`Engine._k_range`, stamped): per K tile t, ``matmuls(banks, lhs, t - lhs
+    shift, t - rhs shift, t, stop)`` (`Engine._matmuls`) for each (banks, lhs, lhs shift, rhs
+    shift) of `work`, in order. Functions of their own so that the loop's frame holds only these
+    few locals, alike from the first iteration on: stamping screens the frame's objects once per
+    recorded iteration (`trnsim.nki.stamp`; an engine's whole attribute dict in a method's
+    frame) and needs them equal in the iterations it takes as a template (an inner loop's
+    variables, unbound before the first iteration, would cost one traced iteration more)."""
+    for t in k_range:
+        _k_tile(matmuls, work, t, stop)
+
+
+def _k_tile(matmuls: Callable, work: list, t: int, stop: int) -> None:
+    """K tile `t` of `_k_loop`."""
+    for banks, lhs, lhs_shift, rhs_shift in work:
+        matmuls(banks, lhs, t - lhs_shift, t - rhs_shift, t, stop)
 
 
 def _shifted(ensure: Callable[[int, int], None], start: int) -> Callable[[int, int], None]:

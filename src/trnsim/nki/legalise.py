@@ -26,7 +26,7 @@ from trnsim.isa import (
     Memory,
     TensorCopy,
 )
-from trnsim.isa.access import row_major_dims
+from trnsim.isa.access import HBM, SBUF, row_major_dims
 
 if TYPE_CHECKING:
     from trnsim.nki.trace import Trace
@@ -95,6 +95,7 @@ def staged(trace: Trace, instruction: Instruction, fields: dict) -> list[Instruc
 
 
 _NO_MEMORIES = (frozenset(), frozenset())
+_DMA = Engine.DMA  # (a module global for `_reachable`: see `isa.access.HBM`)
 
 
 def _reachable(instruction: Instruction, engine, fields: dict, can_read, can_write) -> bool:
@@ -109,9 +110,9 @@ def _reachable(instruction: Instruction, engine, fields: dict, can_read, can_wri
                 return False  # (no subclass exists; decided in full if one ever does)
             continue
         memory = ap.memory
-        if memory is Memory.HBM:
+        if memory is HBM:
             continue
-        if memory is Memory.SBUF and ap.partition_start != 0 and engine is not Engine.DMA:
+        if memory is SBUF and ap.partition_start != 0 and engine is not _DMA:
             return False
         if memory in can_read and memory in can_write:
             continue

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError
 from trnsim.isa import AccessPattern, Memory
-from trnsim.isa.access import interned
+from trnsim.isa.access import HBM, SBUF, interned
 from trnsim.nki.indexing import DynSlice, Grid, IndexExpr, MaskedOut, Predicate
 from trnsim.numerics import DType
 from trnsim.numerics import dtype as as_dtype
@@ -356,7 +356,7 @@ def _plain_view(tile: Tile, key) -> Tile | None:
             foffset += part * axis.fstep
         else:
             return None
-    if len(basic) == 1 and basic[0].pstep and tile._storage.memory is not Memory.HBM:
+    if len(basic) == 1 and basic[0].pstep and tile._storage.memory is not HBM:
         basic.append(Axis(1))  # t[:, j] of an on-chip tile is the column [P, 1], as NKI keeps it
     return type(tile)(tile._trace, tile._storage, tuple(basic), tile._dtype, poffset, foffset,
                       name=tile.name, checks=tuple(tile._checks))
@@ -418,7 +418,7 @@ def index_view(tile: Tile, key) -> Tile:
             poffset += index * axis.pstep
             foffset += index * axis.fstep
     axes = [advanced.get(p, Axis(1)) for p in range(rank)] + basic
-    if len(axes) == 1 and axes[0].pstep and tile._storage.memory is not Memory.HBM:
+    if len(axes) == 1 and axes[0].pstep and tile._storage.memory is not HBM:
         axes.append(Axis(1))  # t[:, j] of an on-chip tile is the column [P, 1], as NKI keeps it
     view = type(tile)(tile._trace, tile._storage, tuple(axes), tile._dtype, poffset, foffset,
                       name=tile.name, checks=tuple(checks))
@@ -447,11 +447,11 @@ def _wrapped(part, axis: Axis):
 def _vector_index(tile: Tile, index: Tile, axis: Axis, earlier) -> tuple:
     """`hbm[idx, ...]` with an on-chip integer index tile [P, 1]: partition p of the view is
     row idx[p] of that dimension, gathered or scattered by DMA (dynamic, indirect addressing)."""
-    if tile._storage.memory is not Memory.HBM or tile._vector is not None or earlier is not None:
+    if tile._storage.memory is not HBM or tile._vector is not None or earlier is not None:
         raise InvalidArgumentError("an index tile can index one dimension of an HBM tensor (a DMA "
                                    "gather / scatter); use nl.arange/mgrid index tiles on chip")
     index = tile._trace.read_ready(index)
-    if index._storage.memory is Memory.HBM or not index.dtype_spec.is_int or \
+    if index._storage.memory is HBM or not index.dtype_spec.is_int or \
             index.size != index.shape[0]:
         raise InvalidArgumentError(f"an index tile must be an on-chip integer tile [P, 1]; got "
                                    f"{index.buffer} {index.dtype_spec.name}{list(index.shape)}")
@@ -548,7 +548,7 @@ def to_access_pattern(tile: Tile) -> AccessPattern:
     """The view as an instruction operand. Under SBUF spilling the access holds its tile for the
     current call and reloads it first if it was spilled (`trnsim.nki.spill`)."""
     spiller = getattr(tile._trace, "spiller", None)
-    if spiller is not None and tile._storage.memory is Memory.SBUF:
+    if spiller is not None and tile._storage.memory is SBUF:
         spiller.touch(tile._storage)
     return to_access_pattern_raw(tile)
 
@@ -558,7 +558,7 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
     (on chip) or the first axis (HBM) taken out, the rest merged into free dims (`_merge`'s rule,
     inline: tracing turns every operand of every instruction into a pattern here)."""
     storage = tile._storage
-    hbm = storage.memory is Memory.HBM
+    hbm = storage.memory is HBM
     first = part = None
     partition_axes = 0
     dims: list[tuple[int, int]] = []
@@ -583,10 +583,11 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
         else:
             dims.append((fstep, size))
     dtype = tile._dtype
+    free = tuple(dims) if dims and len(dims) <= MAX_FREE_DIMS else _free_dims(dims, tile)
     if hbm:
         if first is None:
             first = Axis(1, 0, 1)
-        key = (Memory.HBM, dtype, first.size, _free_dims(dims, tile), tile._foffset * dtype.itemsize,
+        key = (HBM, dtype, first.size, free, tile._foffset * dtype.itemsize,
                0, first.fstep, storage.name)
     else:
         if partition_axes > 1 or (part is not None and part.pstep != 1):
@@ -598,10 +599,12 @@ def to_access_pattern_raw(tile: Tile) -> AccessPattern:
         # Block dimensions before the partition dimension (e.g. (4, par_dim(128), 512)) address
         # free elements; the hardware walks partitions outermost, so the operand is P-major.
         foffset = tile._foffset
-        key = (storage.memory, dtype, 1 if part is None else part.size, _free_dims(dims, tile),
+        key = (storage.memory, dtype, 1 if part is None else part.size, free,
                storage.offset + foffset * dtype.itemsize if foffset else storage.offset,
                tile._poffset, 0, storage.name)
-    return interned(tile._trace.patterns, key)
+    patterns = tile._trace.patterns
+    ap = patterns.get(key)  # (`interned`'s lookup, inline: most operands were named before)
+    return ap if ap is not None else interned(patterns, key)
 
 
 def _free_dims(dims: list[tuple[int, int]], tile: Tile) -> tuple[tuple[int, int], ...]:

@@ -30,6 +30,8 @@ from trnsim.errors import (
     UnsupportedError,
 )
 from trnsim.isa import Instruction, Memory, ProgramBuilder
+from trnsim.isa.access import HBM, PSUM, SBUF, Patterns
+from trnsim.isa.instruction import built
 from trnsim.nki import legalise
 from trnsim.nki.indexing import MaskedOut
 from trnsim.nki.tile import Axis, Pending, Storage, Tile
@@ -250,7 +252,7 @@ class Trace:
         self.stamp_checked: set = set()
         self.stamp_keys: dict = {}
         self.stamp_templates: dict = {}  # a stamped loop's last template (`trnsim.nki.stamp`)
-        self.patterns: dict = {}  # operands by their fields, one object each (`isa.access.interned`)
+        self.patterns = Patterns()  # operands by their fields, one object each (`isa.access.interned`)
         self.zero_claims = 0
 
     def enable_spilling(self, uses: list[list[int]]) -> None:
@@ -304,7 +306,7 @@ class Trace:
     def emit_now(self, cls: type[Instruction], **fields) -> Instruction:
         if self.exact_int and "exact_int" in getattr(cls, "__dataclass_fields__", ()):
             fields.setdefault("exact_int", True)
-        instruction = cls(source=self.source, label=self.label or "", **fields)
+        instruction = built(cls, self.source, self.label or "", fields)
         steps = legalise.staged(self, instruction, fields)
         if steps is None:
             instruction.check(self.core)
@@ -380,7 +382,7 @@ class Trace:
         # reads of unwritten tiles (the cheap tests first: most operands are HBM or written)
         serials, unwritten = [], []
         for ap in reads:
-            if ap.memory is not Memory.HBM:
+            if ap.memory is not HBM:
                 tensor = ap.tensor
                 if tensor and tensor not in onchip and ap not in written:
                     unwritten.append((ap, "reads"))
@@ -388,11 +390,11 @@ class Trace:
                 if serial is not None:
                     serials.append(serial)
         for ap in written:
-            if ap.memory is not Memory.HBM:
+            if ap.memory is not HBM:
                 serial = by_name.get(ap.tensor)
                 if serial is not None:
                     serials.append(serial)
-        if accumulating and not (accumulating.memory is Memory.HBM or not accumulating.tensor
+        if accumulating and not (accumulating.memory is HBM or not accumulating.tensor
                                  or accumulating.tensor in onchip):
             unwritten.append((accumulating, "accumulates into"))
         for ap, what in unwritten:
@@ -412,19 +414,26 @@ class Trace:
         if self.stamp_log is not None:
             self.stamp_log.append(("i", self.calls))
         if serials:
-            self.note_serials(serials)
+            calls, last_use, uses = self.calls, self.last_use, self.uses  # (`note_serials`)
+            for serial in serials:
+                last_use[serial] = calls
+                used = uses[serial]
+                if not used or used[-1] != calls:
+                    used.append(calls)
         versions = self.write_versions
         for ap in written:
             memory = ap.memory
-            if memory is not Memory.HBM:
+            if memory is not HBM:
                 tensor = ap.tensor
                 self._written_onchip.add(tensor)
                 versions[tensor] = versions.get(tensor, 0) + 1
-                if memory is Memory.PSUM:
+                if memory is PSUM:
                     spans = self._psum_spans.get(tensor)
                     if spans is None:
                         spans = self._psum_spans[tensor] = {}
-                    spans[_span(ap)] = None
+                    low, high = ap._span or ap.byte_span()  # (`_span`, inline)
+                    start = ap.partition_start
+                    spans[(start, start + ap.partitions, low, high)] = None
 
     def note_uses(self, aps) -> None:
         """Record the current call as the latest use of the tracked tiles of these operands (also
@@ -440,7 +449,7 @@ class Trace:
 
     def _serials(self, aps) -> tuple[int, ...]:
         by_name = self._sbuf_by_name
-        return tuple(serial for ap in aps if ap.memory is not Memory.HBM
+        return tuple(serial for ap in aps if ap.memory is not HBM
                      and (serial := by_name.get(ap.tensor)) is not None)
 
     def _new_tile_id(self) -> int:
@@ -573,15 +582,18 @@ class Trace:
         if buffer in ("hbm", "shared_hbm", "private_hbm"):
             return self.hbm_tensor(name, shape, dt, kind="output" if buffer == "shared_hbm" else "internal",
                                    buffer=buffer)
-        memory = Memory.PSUM if buffer == "psum" else Memory.SBUF
+        memory = PSUM if buffer == "psum" else SBUF
         if not shape:
             shape = (1,)
         partitions = shape[par_axis]
         if partitions > self.core.partitions:
             raise LimitExceededError(f"partition dimension of tile {name!r}", partitions,
                                      self.core.partitions, context=self.core.name)
-        wrap = tuple(min(int(n), s) for n, s in zip(wrap, shape[:par_axis], strict=False))
-        physical = tuple(wrap) + tuple(shape[len(wrap):])
+        if wrap:
+            wrap = tuple(min(int(n), s) for n, s in zip(wrap, shape[:par_axis], strict=False))
+            physical = tuple(wrap) + tuple(shape[len(wrap):])
+        else:
+            physical = tuple(shape)
         free = [s for i, s in enumerate(physical) if i != par_axis]
         nbytes = prod(free) * dt.itemsize if free else dt.itemsize
         if block_strides is not None:
@@ -593,12 +605,12 @@ class Trace:
                                                       strict=True))
         placed = offset is not None
         if offset is not None:
-            ring = self.psum if memory is Memory.PSUM else self.sbuf
+            ring = self.psum if memory is PSUM else self.sbuf
             ring.live[offset] = (nbytes, name)
             if offset + nbytes > ring.capacity:
                 raise LimitExceededError(f"{memory} tile {name!r} at offset {offset} ends at",
                                          offset + nbytes, ring.capacity, context=self.core.name)
-        elif memory is Memory.PSUM:
+        elif memory is PSUM:
             offset = self.psum.allocate(nbytes, name, align=max(4, dt.itemsize))
         elif self.spiller is not None and name != legalise.STAGING:
             offset = self.spiller.allocate(nbytes, name, align=max(4, dt.itemsize))
@@ -607,11 +619,11 @@ class Trace:
         storage = Storage(memory=memory, dtype=dt, name=name, buffer=buffer, offset=offset,
                           partitions=partitions, bytes_per_partition=nbytes,
                           scope=self._scope_key(), source=self.source)
-        ring = self.psum if memory is Memory.PSUM else self.sbuf
+        ring = self.psum if memory is PSUM else self.sbuf
         storage.free_callback = lambda: ring.free(offset)
-        if memory is Memory.SBUF and self.spiller is not None:
+        if memory is SBUF and self.spiller is not None:
             storage.free_callback = lambda: self._free_sbuf(storage)
-        if memory is Memory.SBUF and not placed and name != legalise.STAGING:
+        if memory is SBUF and not placed and name != legalise.STAGING:
             self._track_sbuf(storage)  # (staging copies depend on addresses: not counted)
         if self.scopes:
             self.scopes[-1].tiles.append(storage)
@@ -761,7 +773,24 @@ def _label_stem(label: str | None) -> str:
     return (label or "tile").split(".")[-1]
 
 
+_ONCHIP_AXES: dict[tuple, tuple[Axis, ...]] = {}
+
+
 def _onchip_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:
+    """A dense on-chip tile's axes. Axes are immutable, so tiles of one shape of plain ints
+    share them (as `_pending_axes`: a kernel allocates tiles of a few shapes over and over)."""
+    if not all(type(s) is int for s in shape):
+        return _dense_axes(shape, par_axis)
+    key = (shape, par_axis)
+    axes = _ONCHIP_AXES.get(key)
+    if axes is None:
+        axes = _dense_axes(shape, par_axis)
+        if len(_ONCHIP_AXES) < 4096:
+            _ONCHIP_AXES[key] = axes
+    return axes
+
+
+def _dense_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:
     free_sizes = [s for i, s in enumerate(shape) if i != par_axis]
     steps, step = [], 1
     for size in reversed(free_sizes):
