@@ -62,7 +62,7 @@ def test_a_successful_export_still_shows_what_torch_logs(monkeypatch):
 
     import torch
 
-    from trnsim.compiler.capture import _quiet_torch
+    from trnsim.compiler.export_context import quiet_torch
 
     seen = []
     handler = logging.Handler()
@@ -70,11 +70,11 @@ def test_a_successful_export_still_shows_what_torch_logs(monkeypatch):
     logger = logging.getLogger("torch._trnsim_test")
     logger.addHandler(handler)
     try:
-        with _quiet_torch():
+        with quiet_torch():
             logger.error("kept for later")
             assert seen == []
         assert seen == ["kept for later"]
-        with pytest.raises(RuntimeError), _quiet_torch():
+        with pytest.raises(RuntimeError), quiet_torch():
             logger.error("dropped with the failure")
             raise RuntimeError
         assert seen == ["kept for later"]

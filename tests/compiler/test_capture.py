@@ -200,7 +200,7 @@ class NoGradBlocks(torch.nn.Module):
 
 
 def test_export_generates_graph_module_code_once(monkeypatch):
-    """torch.export's intermediate graph modules are lazy (`capture._lazy_graph_modules`): their
+    """torch.export's intermediate graph modules are lazy (`export_context.lazy_graph_modules`): their
     Python source is generated only if run, so capture generates it once, for the exported
     program's own module, which still runs as the model does."""
     from torch.fx import GraphModule

@@ -18,12 +18,12 @@ from trnsim.compiler.capture import (
     code_of,
     decompose_to_core,
     export,
-    inference_mode,
     normalize_inputs,
     source_of,
     translate,
 )
 from trnsim.compiler.errors import UnsupportedOp
+from trnsim.compiler.export_context import inference_mode
 
 FAILURE_AT = "Lowering to trnsim IR"
 _SKIP = ("getitem", "_assert", "sym_constrain")
