@@ -457,8 +457,9 @@ def test_a_moved_name_must_be_a_tile_the_iteration_named():
 
 
 def test_a_ring_cursor_is_compared_where_it_starts_looking():
-    """`_cursor` maps a PSUM ring's cursor to where its next allocation starts looking; every
-    allocation from a cursor and from what `_cursor` gives lands at the same offset."""
+    """`RingAllocator.search_start` maps a PSUM ring's cursor to where its next allocation
+    starts looking; every allocation from a cursor and from what it gives lands at the same
+    offset."""
     from trnsim.errors import LimitExceededError
     from trnsim.isa import Memory
     from trnsim.nki.trace import RingAllocator
@@ -477,7 +478,7 @@ def test_a_ring_cursor_is_compared_where_it_starts_looking():
             if rng.random() < 0.3:
                 ring.free(offset)
         ring.cursor = int(rng.choice([0, 512, 2048, 4096, 8192, 10240, capacity]))
-        normal = stamp._cursor(ring)
+        normal = ring.search_start()
         moved += normal != ring.cursor
         for nbytes in (4, 512, 2048, 4096, 6144):
             offsets = []
@@ -493,9 +494,9 @@ def test_a_ring_cursor_is_compared_where_it_starts_looking():
     ring = RingAllocator(Memory.PSUM, capacity, bank_bytes=bank)
     ring.allocate(8192, "scores", 4)
     ring.cursor = capacity  # after four banks allocated and freed past the scores
-    assert stamp._cursor(ring) == 8192
+    assert ring.search_start() == 8192
     ring.cursor = 512  # inside the scores, off a bank boundary: a candidate there straddles
-    assert stamp._cursor(ring) == 512
+    assert ring.search_start() == 512
 
 
 def _short_runs(out, a, b, *, runs, n):

@@ -9,8 +9,8 @@ field changing by the same amount from the first to the second as from the secon
 the same nl/nisa call count, tile-name count and tile-use record (relative to the iteration's
 first call); no allocation or freeing that outlives the iteration, lazy PSUM zeroing, result
 reuse, warning or pending result in between (`_state`; a ring allocator's cursor compared where
-its next allocation starts looking, `_cursor`). A body may allocate a tile it frees before the
-iteration ends (a PSUM bank per transpose, cycling through the banks left free): an operand's
+its next allocation starts looking, `RingAllocator.search_start`). A body may allocate a tile it
+frees before the iteration ends (a PSUM bank per transpose, cycling through the banks left free): an operand's
 tensor name may then differ too, when it is a tile the iteration named, at the same place
 among its new names (`_fresh`: stamped iteration m names it m iterations' names on). The
 iterations up to the last are then stamped from the third one's
@@ -471,7 +471,8 @@ def _applied(plan: tuple, m: int, patterns: dict):
 def _state(trace: Trace) -> tuple:
     """What a stampable iteration leaves as it found it (beyond what its instructions record)."""
     invariants = trace.invariants
-    return (_cursor(trace.sbuf), trace.sbuf.peak, len(trace.sbuf.live), _cursor(trace.psum),
+    return (trace.sbuf.search_start(), trace.sbuf.peak, len(trace.sbuf.live),
+            trace.psum.search_start(),
             trace.psum.peak, len(trace.psum.live), len(trace.last_use), len(trace.constants),
             len(invariants), next(reversed(invariants), None) if invariants else None,
             len(trace.hbm_tiles), trace.output_cursor, len(trace.compiler_psum),
@@ -479,25 +480,6 @@ def _state(trace: Trace) -> tuple:
             trace.spiller is None, trace.pending is None, len(trace.scopes),
             len(trace.builder.program.tensors), trace.exact_int, trace.label, trace.source,
             trace.zero_claims, trace.invariants_prune_at)
-
-
-def _cursor(ring) -> int:
-    """Where a ring's next allocation effectively starts (`RingAllocator.allocate`), so that a
-    body allocating and freeing a tile per free PSUM bank ends its iteration where it found the
-    ring: a cursor at the end looks from 0, as one at 0 does; a cursor on a bank boundary inside
-    a live tile moves to that tile's end before anything else (a bank-aligned candidate does not
-    straddle, and that tile is its first clash), as one at the tile's end does."""
-    cursor, bank = ring.cursor, ring.bank
-    for _ in range(len(ring.live) + 1):
-        if cursor >= ring.capacity:
-            cursor = 0
-        if not bank or cursor % bank:
-            break
-        end = next((o + s for o, (s, _) in ring.live.items() if o <= cursor < o + s), None)
-        if end is None:
-            break
-        cursor = end
-    return cursor
 
 
 def _frame_state(frame, carried: tuple[str, ...]) -> tuple:

@@ -138,6 +138,25 @@ class RingAllocator:
             f"({used} bytes live in {len(self.live)} tiles): needs", used + nbytes, self.capacity,
             context=f"{self.core_name} {self.memory} bytes per partition")
 
+    def search_start(self) -> int:
+        """Where the next allocation effectively starts looking, whatever its size: a cursor at
+        the end looks from 0, as one at 0 does; a cursor on a bank boundary inside a live tile
+        moves to that tile's end before anything else (a bank-aligned candidate does not
+        straddle, and that tile is its first clash), as one at the tile's end does. Stamping
+        compares it (`trnsim.nki.stamp`): a loop body that allocates and frees a tile per free
+        PSUM bank leaves the ring where it found it."""
+        cursor, bank = self.cursor, self.bank
+        for _ in range(len(self.live) + 1):
+            if cursor >= self.capacity:
+                cursor = 0
+            if not bank or cursor % bank:
+                break
+            end = next((o + s for o, (s, _) in self.live.items() if o <= cursor < o + s), None)
+            if end is None:
+                break
+            cursor = end
+        return cursor
+
     def _fit_from(self, start: int, nbytes: int, align: int) -> int | None:
         offset = -(-start // align) * align
         spans = sorted(self.live.items())
@@ -325,7 +344,7 @@ class Trace:
         """Return a pending tile whose instruction is emitted once its destination is known
         (`fallback`: the buffer to use when `buffer` is a PSUM the tile does not fit in now)."""
         self.flush()
-        tile = self.tile_class(self, None, _pending_axes(tuple(shape)), as_dtype(dtype),
+        tile = self.tile_class(self, None, _shared_axes(tuple(shape), None), as_dtype(dtype),
                     pending=Pending(emit=emit, buffer=buffer, fallback=fallback, tags=tuple(tags),
                                     matmul=matmul),
                     name=f"{_label_stem(self.label)}_{self._new_tile_id()}")
@@ -629,7 +648,7 @@ class Trace:
             self.scopes[-1].tiles.append(storage)
         self.builder.program.sbuf_peak_bytes_per_partition = self.sbuf.peak
         self.builder.program.psum_peak_bytes_per_partition = self.psum.peak
-        axes = _onchip_axes(physical, par_axis)
+        axes = _shared_axes(physical, par_axis)
         if block_strides is not None:
             axes = tuple(replace(a, fstep=block_strides[i] // dt.itemsize) if i < par_axis else a
                          for i, a in enumerate(axes))
@@ -749,21 +768,28 @@ class Trace:
                 f"here (allocate it outside the loop to keep it)")
 
 
-_PENDING_AXES: dict[tuple[int, ...], tuple[Axis, ...]] = {}
+# axes of tiles by (shape, partition axis or None for a pending result's sizes only), shared
+_SHARED_AXES: dict[tuple, tuple[Axis, ...]] = {}
+_SHARED_AXES_LIMIT = 4096  # shapes kept: a bound on memory, not on correctness
 
 
-def _pending_axes(shape: tuple[int, ...]) -> tuple[Axis, ...]:
-    """A pending result's axes (sizes only). Axes are immutable, so results of one shape of
-    plain ints share them: a trace defers a result per call and its shapes repeat (a numpy
-    integer size is kept as given, never swapped for an equal int)."""
+def _shared_axes(shape: tuple[int, ...], par_axis: int | None) -> tuple[Axis, ...]:
+    """A new tile's axes. Axes are immutable, so tiles of one shape of plain ints share them: a
+    kernel allocates tiles, and defers a result per call, of a few shapes over and over (a
+    numpy integer size is kept as given, never swapped for an equal int)."""
     if not all(type(s) is int for s in shape):
-        return tuple(Axis(s) for s in shape)
-    axes = _PENDING_AXES.get(shape)
+        return _new_axes(shape, par_axis)
+    key = (shape, par_axis)
+    axes = _SHARED_AXES.get(key)
     if axes is None:
-        axes = tuple(Axis(s) for s in shape)
-        if len(_PENDING_AXES) < 4096:
-            _PENDING_AXES[shape] = axes
+        axes = _new_axes(shape, par_axis)
+        if len(_SHARED_AXES) < _SHARED_AXES_LIMIT:
+            _SHARED_AXES[key] = axes
     return axes
+
+
+def _new_axes(shape: tuple[int, ...], par_axis: int | None) -> tuple[Axis, ...]:
+    return tuple(Axis(s) for s in shape) if par_axis is None else _dense_axes(shape, par_axis)
 
 
 @lru_cache(maxsize=1024)
@@ -771,23 +797,6 @@ def _label_stem(label: str | None) -> str:
     """The last dotted part of a call's label, naming the tiles its results get (a trace defers
     a result per call and its labels repeat)."""
     return (label or "tile").split(".")[-1]
-
-
-_ONCHIP_AXES: dict[tuple, tuple[Axis, ...]] = {}
-
-
-def _onchip_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:
-    """A dense on-chip tile's axes. Axes are immutable, so tiles of one shape of plain ints
-    share them (as `_pending_axes`: a kernel allocates tiles of a few shapes over and over)."""
-    if not all(type(s) is int for s in shape):
-        return _dense_axes(shape, par_axis)
-    key = (shape, par_axis)
-    axes = _ONCHIP_AXES.get(key)
-    if axes is None:
-        axes = _dense_axes(shape, par_axis)
-        if len(_ONCHIP_AXES) < 4096:
-            _ONCHIP_AXES[key] = axes
-    return axes
 
 
 def _dense_axes(shape: tuple[int, ...], par_axis: int) -> tuple[Axis, ...]:

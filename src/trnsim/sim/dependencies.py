@@ -315,10 +315,6 @@ class RegionIndex:
             neighbors.append(found.neighbor_ids)
         return tuple(uids), tuple(neighbors)
 
-    def info(self, ap: AccessPattern) -> tuple[Region, int, Memory]:
-        """(footprint, bytes accessed, memory) of an access pattern."""
-        return self.region(ap), ap.nbytes, ap.memory
-
     def _footprint(self, ap: AccessPattern) -> Region:
         if ap.memory is Memory.HBM:
             space = self.hbm.get(ap.tensor)

@@ -215,7 +215,7 @@ class Planner:
                     base = places[k]
                     lasts[k] = slots[base] = (self.key(instructions[base]), plans[base])
         keys = self._keys([instructions[start + offset] for offset in varying])
-        if _same_keys(keys, [last[0] for last in lasts]):
+        if _same_key(keys, [last[0] for last in lasts]):  # (lists compare key by key)
             span = plans[source:source + length]
             for offset, last in zip(varying, lasts, strict=True):
                 span[offset] = last[1]
@@ -564,19 +564,12 @@ def _check_hbm_bounds(ins: Instruction, ap: AccessPattern, program: Program) -> 
 
 
 
-def _same_key(key: tuple, other: tuple) -> bool:
-    """Whether two `Planner.key`s are equal, as the plan cache would find (False for keys
-    that cannot be compared, e.g. holding arrays: those are planned by their look-up)."""
+def _same_key(key: tuple | list, other: tuple | list) -> bool:
+    """Whether two `Planner.key`s (or two lists of them, key by key) are equal, as the plan
+    cache would find (False for keys that cannot be compared, e.g. holding arrays: those are
+    planned by their look-up)."""
     try:
         return key == other
-    except (TypeError, ValueError):
-        return False
-
-
-def _same_keys(keys: list[tuple], others: list[tuple]) -> bool:
-    """Whether two lists of keys are equal key by key (`_same_key`)."""
-    try:
-        return keys == others
     except (TypeError, ValueError):
         return False
 
