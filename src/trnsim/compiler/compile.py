@@ -40,8 +40,11 @@ def compile(model: Any, example_inputs: Any, options: CompileOptions, *,
     `visible`: the cores copies may use (default: all of the instance's logical cores). One
     compile at a time per process (`COMPILE_LOCK`); other threads wait their turn."""
     from trnsim.compiler.capture import capture
+    from trnsim.sim.collector import collector_paused
 
-    with COMPILE_LOCK:
+    # the collector paused (`trnsim.sim.collector`): capture and the passes make a graph of
+    # long-lived nodes, which every collection triggered meanwhile would walk again
+    with COMPILE_LOCK, collector_paused(promote=True):
         physical_cores(options)  # an LNC the chip does not have is an error, before capture
         start = time.perf_counter()
         graph = capture(model, example_inputs, kwargs)

@@ -19,6 +19,7 @@ and dtype from the op's rule; `pretty()` prints one line per node.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -48,7 +49,7 @@ class Node:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # (shape holds Python ints: exact, no numpy call)
 
     @property
     def nbytes(self) -> int:

@@ -113,7 +113,7 @@ def promote(inputs: Sequence[Node]) -> DType:
 
 # --- shape helpers -------------------------------------------------------------------------
 def broadcast(*shapes: Shape) -> Shape:
-    rank = max((len(s) for s in shapes), default=0)
+    rank = max(map(len, shapes), default=0)
     out = []
     for axis in range(rank):
         sizes = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}

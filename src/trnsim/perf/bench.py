@@ -106,13 +106,19 @@ def published_latency(model: str, instance: str, batch: int, seq: int) -> float 
 
 
 def build_model(name: str, *, initialise: bool):
-    entry = zoo_model(name)
-    if initialise:
-        return entry.build()
-    from trnsim.compiler.empty_weights import empty_weights
+    """Build zoo model `name` (random weights if `initialise`, else on the meta device). The
+    collector is paused meanwhile (`trnsim.sim.collector`): the imports and the model's modules
+    are long-lived objects that every collection triggered while they are made would walk."""
+    from trnsim.sim.collector import collector_paused
 
-    with empty_weights():
-        return entry.build()
+    entry = zoo_model(name)
+    with collector_paused(promote=True):
+        if initialise:
+            return entry.build()
+        from trnsim.compiler.empty_weights import empty_weights
+
+        with empty_weights():
+            return entry.build()
 
 
 def run_case(name: str, batch: int, seq: int | None, instance: str, *, auto_cast: str | None = None,
