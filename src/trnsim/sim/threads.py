@@ -7,6 +7,12 @@ BERT-base call went from 0.75 s to 16-27 s. One thread is as fast for tiles this
 waits for another core. threadpoolctl (a small pure-Python package, also used by scikit-learn)
 finds the BLAS library numpy loaded and sets its thread count for the run only, so a caller's own
 numpy or PyTorch work keeps its threads.
+
+The cap does not follow the cores that are free (os.sched_getaffinity, the load): OpenBLAS with two
+threads gives other bits than with one for a [128, 128].T @ [128, 512] product (the last bit of
+about a tenth of its elements, on the 2-core AMD EPYC this project is measured on;
+tests/sim/test_threads.py), so the same program and inputs would give other numbers under load;
+and at load 4 there a two-thread call took 7.6-24 ms against 0.4-0.6 ms on one thread.
 """
 
 from __future__ import annotations
