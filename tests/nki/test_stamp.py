@@ -432,6 +432,25 @@ def test_an_instruction_moves_by_each_kind_of_difference():
         (5, replace(ap, offset=-1024))
 
 
+
+def test_patterns_placed_alike_are_equal_but_for_offset_and_name():
+    """`_placed_alike` decides what building the moved, renamed pattern and comparing it does,
+    for a difference in each compared field."""
+    from dataclasses import replace
+
+    from trnsim.isa import AccessPattern, Memory
+    from trnsim.numerics import dtype
+
+    ap = AccessPattern(Memory.SBUF, dtype("bfloat16"), 128, ((1, 512),), 1024, tensor="t4")
+    others = [replace(ap, offset=0, tensor="t9"), replace(ap, offset=4096),
+              replace(ap, memory=Memory.PSUM), replace(ap, dtype=dtype("float16")),
+              replace(ap, partitions=64), replace(ap, dims=((2, 256),)),
+              replace(ap, partition_start=32), replace(ap, partition_step=1)]
+    for other in others:
+        assert stamp._placed_alike(ap, other) == \
+            (replace(ap, offset=other.offset, tensor=other.tensor) == other)
+    assert [stamp._placed_alike(ap, other) for other in others] == [True, True] + [False] * 6
+
 # --- tiles a body allocates and frees: names and the ring ------------------------------------------
 def test_a_moved_name_must_be_a_tile_the_iteration_named():
     """A tensor name moves with a stamped iteration only when it is a tile the later iteration

@@ -384,16 +384,24 @@ def _delta(a, b, later: _Iteration | None = None):
     if type(a) is AccessPattern:
         if a.tensor != b.tensor:
             names = _fresh(a.tensor, b.tensor, later)
-            if names is None or dataclasses.replace(a, offset=b.offset, tensor=b.tensor) != b:
+            if names is None or not _placed_alike(a, b):
                 return None
             return ("apt", b.offset - a.offset, names)
-        if a.offset != b.offset and dataclasses.replace(a, offset=b.offset) == b:
+        if a.offset != b.offset and _placed_alike(a, b):
             return ("ap", b.offset - a.offset)
         return None
     if type(a) is tuple and len(a) == len(b):
         parts = tuple(_delta(u, v, later) for u, v in zip(a, b, strict=True))
         return None if any(p is None for p in parts) else ("seq", parts)
     return None
+
+
+def _placed_alike(a: AccessPattern, b: AccessPattern) -> bool:
+    """a equals b but for its offset and tensor name (what ``dataclasses.replace(a, offset=
+    b.offset, tensor=b.tensor) == b`` decides, without building the pattern)."""
+    return (a.dims == b.dims and a.partitions == b.partitions and a.memory == b.memory
+            and a.dtype == b.dtype and a.partition_start == b.partition_start
+            and a.partition_step == b.partition_step)
 
 
 def _fresh(a: str, b: str, later: _Iteration | None) -> int | None:
@@ -459,9 +467,14 @@ def _applied(plan: tuple, m: int, patterns: dict):
     new = object.__new__(cls)
     fields = new.__dict__
     fields.update(base)
+    moves = getattr(patterns, "moves", None)
     for name, delta in moved:
         if type(delta) is tuple and delta[0] == "ap":  # (the common case, without a call)
-            fields[name] = base[name].moved_in(patterns, m * delta[1])
+            ap, by = base[name], m * delta[1]
+            # (`AccessPattern.moved_in`'s look-up of a move made before, inline)
+            made = moves.get((id(ap), by)) if moves is not None else None
+            fields[name] = made[1] if made is not None and made[0] is ap else \
+                ap.moved_in(patterns, by)
         else:
             fields[name] = _apply(base[name], delta, m, patterns)
     return new
