@@ -432,11 +432,10 @@ def test_an_instruction_moves_by_each_kind_of_difference():
         (5, replace(ap, offset=-1024))
 
 
-
 def test_patterns_placed_alike_are_equal_but_for_offset_and_name():
     """`_placed_alike` decides what building the moved, renamed pattern and comparing it does,
     for a difference in each compared field."""
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
     from trnsim.isa import AccessPattern, Memory
     from trnsim.numerics import dtype
@@ -450,6 +449,11 @@ def test_patterns_placed_alike_are_equal_but_for_offset_and_name():
         assert stamp._placed_alike(ap, other) == \
             (replace(ap, offset=other.offset, tensor=other.tensor) == other)
     assert [stamp._placed_alike(ap, other) for other in others] == [True, True] + [False] * 6
+    # every compared field but offset and tensor is one `others` changes: a field added to
+    # AccessPattern must be added to `_placed_alike` (and here)
+    compared = {f.name for f in fields(AccessPattern) if f.compare} - {"offset", "tensor"}
+    assert compared == {"memory", "dtype", "partitions", "dims", "partition_start",
+                        "partition_step"}
 
 # --- tiles a body allocates and frees: names and the ring ------------------------------------------
 def test_a_moved_name_must_be_a_tile_the_iteration_named():
