@@ -44,6 +44,16 @@ def test_a_program_is_planned_with_the_collector_paused(monkeypatch, collector_o
     assert gc.isenabled()
 
 
+def test_a_programs_plans_join_the_oldest_generation(collector_on):
+    from trnsim.sim.plan import planned
+
+    program = tiled_matmul(128, 128, 512)
+    planner, plans = planned(program, program.target)
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert id(plans[0]) in oldest and id(planner.distinct[-1]) in oldest
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 class _Made:
     """A tracked object made inside the block."""
 

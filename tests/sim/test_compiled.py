@@ -174,3 +174,18 @@ def test_region_neighbours_are_laid_out_by_uid_whatever_the_mapping_order():
     # gathered for reads of regions 1, 3 (empty), 5 and 0 by two plans
     gathered, at = compiled._gather(lists, ptr, np.array([1, 3, 5, 0]), np.array([0, 2, 4]))
     assert gathered.tolist() == [1, 5, 4, 5, 1, 0] and at.tolist() == [0, 3, 6]
+
+
+def test_segments_gathered_by_the_compiled_copy_equal_the_array_operations(monkeypatch):
+    if compiled.kernel() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 5, 300)  # empty segments among them
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    lists = rng.integers(0, 10**6, int(ptr[-1]))
+    ids = rng.integers(0, 300, 1000)
+    fast, fast_ends = compiled._segments(lists, ptr, ids)
+    monkeypatch.setattr(compiled, "loaded", lambda function: None)
+    slow, slow_ends = compiled._segments(lists, ptr, ids)
+    assert fast.tolist() == slow.tolist() == [v for i in ids for v in lists[ptr[i]:ptr[i + 1]]]
+    assert fast_ends.tolist() == slow_ends.tolist()

@@ -10,7 +10,7 @@ Cycles made meanwhile are collected after the block, by the collector's next ord
 That next run is a young-generation collection, and every object made in the block is young: it
 walks them all (3 of the 25 CPU s of lowering the 5.5M instructions of a 2048-token Llama-2-7B
 prefill), and the generation above walks them again. A block whose objects are long-lived (a
-lowered program) can instead hand them straight to the oldest generation (`promote`), which
+lowered program, its plans) can instead hand them straight to the oldest generation (`promote`), which
 only a full collection walks: CPython's own freeze/unfreeze pair, done only when nothing else
 is frozen (a process that froze its objects before forking keeps them frozen).
 """

@@ -186,6 +186,9 @@ def _segments(lists: np.ndarray, ptr: np.ndarray,
     total = int(ends[-1]) if len(ends) else 0
     if not total:
         return lists[:0], ends
+    copy = loaded(_copy_segments)  # (the compiled loop is loaded: a copy loop, no index array)
+    if copy is not None:
+        return copy(lists, starts, lengths, total), ends
     # the index of each gathered entry as a running sum: +1 along a segment, a jump to the next
     # one's start at its first entry. One array of the (10^7-entry) gather's length, not three:
     # fresh pages cost more than the arithmetic here.
@@ -196,6 +199,19 @@ def _segments(lists: np.ndarray, ptr: np.ndarray,
     index[heads[1:]] = first[1:] - (first[:-1] + size[:-1] - 1)
     np.cumsum(index, out=index)
     return lists[index], ends
+
+
+def _copy_segments(lists: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                   total: int) -> np.ndarray:
+    """`_segments`' gather as one loop, compiled (`loaded`)."""
+    out = np.empty(total, lists.dtype)
+    at = 0
+    for k in range(len(starts)):
+        first = starts[k]
+        for j in range(lengths[k]):
+            out[at + j] = lists[first + j]
+        at += lengths[k]
+    return out
 
 
 def _gather(lists: np.ndarray, ptr: np.ndarray, uids: np.ndarray,

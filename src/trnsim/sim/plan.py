@@ -384,7 +384,8 @@ class Planner:
         (no DMA, no HBM operand: its fields are its facts' alone, `build_plan`); another
         instruction of that pattern is a copy of it with its own regions. ``TRNSIM_PLAN=check``
         compares every plan with the reference's, each built in full (`compare_plans`)."""
-        pattern = self.pattern(key)
+        cls, values = key  # (`pattern`, inline: this runs once per distinct instruction)
+        pattern = cls, tuple([v.form() if type(v) is AccessPattern else v for v in values])
         template = self._templates.get(pattern)
         if not template:
             plan = self._new(ins, program, False, key)
@@ -401,8 +402,9 @@ class Planner:
         # (its facts are not kept by its key, as `_new` keeps them: an unchecked program that
         # meets an equal instruction checks it, which passes as its front end's check did, and
         # finds its facts by pattern; `_add`, inline)
-        plan.uid = len(self.distinct)
-        self.distinct.append(plan)
+        distinct = self.distinct
+        plan.uid = len(distinct)
+        distinct.append(plan)
         self._facts_of.append(self._facts_of[template.uid])
         self._plain.append(True)
         return plan
@@ -428,7 +430,9 @@ class Planner:
         once for the plans found so far (profiles gather per-record figures from it)."""
         count, values = self._columns.get(attribute, (-1, None))
         if count != len(self.distinct):
-            values = np.array([getattr(p, attribute) for p in self.distinct] or [0], np.int64)
+            distinct = self.distinct
+            values = (np.fromiter(map(attrgetter(attribute), distinct), np.int64, len(distinct))
+                      if distinct else np.zeros(1, np.int64))
             self._columns[attribute] = (len(self.distinct), values)
         return values
 
@@ -497,7 +501,8 @@ def planned(program: Program, core) -> tuple[Planner, list[Plan]]:
     path = plan_path()
     reference = path == "instructions"
     planner = Planner(core, by_pattern=not reference, repeats=not reference)
-    with collector_paused():  # see `trnsim.sim.collector`
+    # (plans and regions live as long as the program: `promote`, see `trnsim.sim.collector`)
+    with collector_paused(promote=True):
         plans = planner.plan_program(program)
     planner.forget_program()
     if path == "check":
