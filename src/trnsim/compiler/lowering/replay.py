@@ -196,8 +196,8 @@ class Template:
     -1 for a tensor that is no argument) and, per instruction touching them, which fields take
     which (`plan`). `HbmIndex.rename` renames a replayed call's instructions by the same plan."""
 
-    __slots__ = ("classes", "control", "fields", "flops", "hbm", "length", "names", "patterns",
-                 "plan")
+    __slots__ = ("arguments", "classes", "control", "fields", "flops", "hbm", "length", "names",
+                 "patterns", "plan")
 
     def __init__(self, instructions: list, names: list[str]) -> None:
         self.names = tuple(names)  # the call's HBM tensors, in the order its key numbered them
@@ -211,6 +211,7 @@ class Template:
         self.hbm = index.entries  # offsets within the call
         self.control = index.control
         self.patterns, self.plan = _rename_plan(self.fields, self.hbm, self.names)
+        self.arguments = _argument_plan(self.plan, self.patterns)  # what a replay renames
 
     def replay(self, names: list[str], label: str, source: str | None, out: list,
                index: HbmIndex) -> None:
@@ -221,7 +222,7 @@ class Template:
         # step per instruction (~0.85 us each at 6.8M, mostly allocation)
         dicts = list(map(dict.__or__, self.fields, repeat({"label": label, "source": source})))
         if tuple(names) != self.names:
-            patterns = _swap_patterns(dicts, self.patterns, self.plan, names)
+            patterns = _swap_patterns(dicts, self.patterns, self.arguments, names)
         else:
             patterns = [ap for ap, _ in self.patterns]
         instructions = list(map(object.__new__, self.classes))
@@ -261,6 +262,24 @@ def _rename_plan(fields: list[dict], hbm, names: tuple[str, ...]
                                        (name, values[name], tuple(items))
                                        for name, items in swaps.items())))
     return patterns, plan
+
+
+def _argument_plan(plan, patterns) -> list[tuple[int, tuple[Swap, ...]]]:
+    """`plan` restricted to the patterns of the call's arguments (those a replay renames)."""
+    out = []
+    for offset, swaps in plan:
+        kept: list[Swap] = []
+        for swap in swaps:
+            if len(swap) == 2:
+                if patterns[swap[1]][1] >= 0:
+                    kept.append(swap)
+            else:
+                where = tuple((i, k) for i, k in swap[2] if patterns[k][1] >= 0)
+                if where:
+                    kept.append((swap[0], swap[1], where))
+        if kept:
+            out.append((offset, tuple(kept)))
+    return out
 
 
 def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> list[AccessPattern]:
