@@ -175,3 +175,27 @@ def test_live_ranges_follow_a_rename():
     assert index.live_ranges(instructions, {"out"}) == {"out": (3, 7)}
     index.rename(instructions, {"out": "slot0"})
     assert index.live_ranges(instructions, {"out", "slot0"}) == {"slot0": (3, 7)}
+
+
+def test_replayed_calls_are_renamed_by_their_template_plan():
+    """`HbmIndex.rename` renames a replayed call in its own instructions' fields (by its
+    template's plan) and the traced call by copies; both as renaming field by field gives, a
+    tensor no call names as an argument (`w` here, the same in every call) included; the calls
+    renamed onto one slot share its patterns."""
+    instructions = _call()
+    template = Template(instructions, ["a", "out"])  # w: not an argument
+    program = list(instructions)
+    index = HbmIndex.of(program)
+    template.replay(["a2", "out2"], "k:second", "model.py:7", program, index)
+    template.replay(["a3", "out3"], "k:third", "model.py:7", program, index)
+    replayed = program[4:]
+    rename = {"out": "slot0", "out2": "slot0", "out3": "slot0", "w": "slot1", "a3": "slot2"}
+    expected = [dataclasses.replace(_renamed(ins, rename, ins.label), source=ins.source)
+                for ins in program]
+    index.rename(program, rename)
+    assert [(i.label, i) for i in program] == [(i.label, i) for i in expected]
+    assert all(a is b for a, b in zip(program[4:], replayed, strict=True))  # in place
+    assert program[0] is instructions[0]  # untouched
+    assert program[1] is not instructions[1] and instructions[1].src.tensor == "w"  # copied
+    assert program[7].dst is program[11].dst and program[5].src is program[9].src
+    assert index.live_ranges(program, {"slot0", "slot1"}) == {"slot0": (3, 11), "slot1": (1, 9)}

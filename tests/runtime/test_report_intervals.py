@@ -83,6 +83,21 @@ def test_kernel_of_each_instruction_is_found_once_a_run():
     assert by_pc.tolist() == expected and names == list(codes)
     assert sources == {ins.label: ins.source for ins in instructions}
     assert _kernel_of_instructions([])[1] == []
+    # spans of one label (replayed calls, `isa.Repeats`) are taken whole: the same answer
+    spans, at = [], 0
+    while True:
+        at += int(rng.integers(0, 5))
+        end = at
+        while end < len(labels) and labels[end] == labels[at]:
+            end += 1
+        if end >= len(labels):
+            break
+        length = int(rng.integers(1, end - at + 1))
+        spans.append((at, length, 0, ()))
+        at += length
+    assert len(spans) > 5
+    found = _kernel_of_instructions(instructions, spans)
+    assert (found[0].tolist(), found[1:]) == (expected, (names, sources))
 
 
 def test_bound_fractions_equal_unions_of_masked_records():

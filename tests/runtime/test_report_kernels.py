@@ -57,7 +57,7 @@ class _Records:
 
     def __init__(self, rng, labels: list[str], records: int) -> None:
         self.program = SimpleNamespace(instructions=[SimpleNamespace(label=label, source=None)
-                                                     for label in labels])
+                                                     for label in labels], repeats=None)
         self.pcs = np.sort(rng.integers(0, len(labels) - 1, records))[::-1].copy()
         self.stream = rng.choice([0, 1, 2, DMA_BASE, DMA_BASE + 3], records).astype(np.int32)
         self.start_ns = rng.uniform(0, 1e6, records)

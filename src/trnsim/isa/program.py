@@ -82,8 +82,10 @@ class Repeats:
     The lowering records one span per replayed kernel call (`trnsim.compiler.lowering.replay`):
     ``(start, length, source, varying)`` says instructions ``start + o`` equal ``source + o`` for
     every ``o`` in ``range(length)`` but those in ``varying`` (ascending: the call's HBM-touching offsets,
-    whose tensors a replay renames). The planner then copies those plans instead of looking each
-    instruction up (`trnsim.sim.plan.Planner.plan_program`).
+    whose tensors a replay renames), and that they all have one ``label`` (the call's). The
+    planner then copies those plans instead of looking each instruction up
+    (`trnsim.sim.plan.Planner.plan_program`); a report takes a span's label once
+    (`trnsim.runtime.report.kernel_times`).
 
     The record describes one instruction list, held here: `describes` is false for any other
     list (a program copied with new instructions) or a list whose length changed. Code that

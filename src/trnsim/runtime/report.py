@@ -110,7 +110,9 @@ def kernel_times(profile) -> list[KernelTime]:
     from trnsim.sim.engines import DMA_BASE, engine_name  # only when a report is built
 
     program = profile.program
-    by_pc, names, sources = _kernel_of_instructions(program.instructions)
+    repeats = program.repeats
+    spans = repeats.spans if repeats is not None and repeats.describes(program) else ()
+    by_pc, names, sources = _kernel_of_instructions(program.instructions, spans)
     if profile.pcs is None:  # straight-line: record i ran instruction i
         kernel = by_pc[:len(profile)]
     else:
@@ -147,25 +149,38 @@ def kernel_times(profile) -> list[KernelTime]:
                        dma_bytes=int(dma_bytes[k]), flops=int(flops[k])) for k in ran]
 
 
-def _kernel_of_instructions(instructions) -> tuple[np.ndarray, list[str], dict]:
+def _kernel_of_instructions(instructions, spans=()) -> tuple[np.ndarray, list[str], dict]:
     """(each instruction's kernel number, kernel labels in order of first appearance, each
     label's source as its last instruction names it). A kernel's instructions come in runs of
     one label, so labels are looked up once a run, not once an instruction (a 7B prefill runs
-    5.5M instructions in about 600 kernel calls)."""
+    5.5M instructions in about 600 kernel calls); a replayed call (`spans`, the program's
+    `isa.Repeats`, whose spans are each of one label) is one label, not looked up per
+    instruction."""
     if not len(instructions):
         return np.zeros(0, np.int64), [], {}
-    labels = np.empty(len(instructions), dtype=object)  # compared by numpy's loop, not a map
-    labels[:] = list(map(attrgetter("label"), instructions))
+    label = attrgetter("label")
+    found: list[str] = []  # the label of each unit: an instruction, or a replayed span
+    starts = []  # where each unit starts, as arrays of consecutive units
+    at = 0
+    for start, length, _, _ in (*spans, (len(instructions), 0, 0, ())):
+        found += map(label, instructions[at:start])
+        starts.append(np.arange(at, start, dtype=np.int64))
+        if length:
+            found.append(instructions[start].label)
+            starts.append(np.array([start], dtype=np.int64))
+        at = start + length
+    labels = np.empty(len(found), dtype=object)  # compared by numpy's loop, not a map
+    labels[:] = found
     changed = labels[1:] != labels[:-1]
-    heads = np.concatenate([[0], np.flatnonzero(changed) + 1])
-    tails = np.append(heads[1:], len(labels))
+    heads = np.concatenate(starts)[np.concatenate([[0], np.flatnonzero(changed) + 1])]
+    tails = np.append(heads[1:], len(instructions))
     codes: dict[str, int] = {}
     sources: dict = {}
     run_codes = np.empty(len(heads), dtype=np.int64)
     for run, (head, tail) in enumerate(zip(heads.tolist(), tails.tolist(), strict=True)):
-        label = labels[head]
-        run_codes[run] = codes.setdefault(label, len(codes))
-        sources[label] = instructions[tail - 1].source
+        name = instructions[head].label
+        run_codes[run] = codes.setdefault(name, len(codes))
+        sources[name] = instructions[tail - 1].source
     return np.repeat(run_codes, tails - heads), list(codes), sources
 
 

@@ -14,6 +14,7 @@ field of every instruction.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from itertools import repeat
 
@@ -61,6 +62,10 @@ class HbmIndex:
     def __init__(self) -> None:
         self.entries: list[tuple[int, tuple[Slot, ...]]] = []
         self.control = False
+        # per replayed call (`Template.replay`): (its first entry, its first instruction, its
+        # template, the HBM patterns its instructions hold in the template's plan order), for
+        # `rename` to rename a call by its template's plan instead of slot by slot
+        self.replays: list[tuple[int, int, Template, list[AccessPattern]]] = []
         self._ranges: tuple[list, dict[str, tuple[int, int]]] | None = None  # see live_ranges
 
     @classmethod
@@ -78,8 +83,12 @@ class HbmIndex:
         self.control = self.control or control_flow(set(map(type, instructions)))
         self._ranges = None
 
-    def add(self, template: Template, start: int) -> None:
-        """Add a call of `template` whose instructions start at program index `start`."""
+    def add(self, template: Template, start: int,
+            patterns: list[AccessPattern] | None = None) -> None:
+        """Add a call of `template` whose instructions start at program index `start`;
+        `patterns`: a replay's, the HBM patterns it placed (`Template.replay`)."""
+        if patterns is not None:
+            self.replays.append((len(self.entries), start, template, patterns))
         self.entries += [(start + offset, slots) for offset, slots in template.hbm]
         self.control = self.control or template.control
         self._ranges = None
@@ -100,21 +109,72 @@ class HbmIndex:
         return {tensor: span for tensor, span in self._ranges[1].items() if tensor in names}
 
     def rename(self, instructions: list, rename: dict[str, str]) -> None:
-        """Point the HBM operands of tensors in `rename` at their new names, in place (each
-        changed instruction is replaced by a renamed copy; instructions are frozen)."""
+        """Point the HBM operands of tensors in `rename` at their new names, in place. A call a
+        replay made (`Template.replay`: its instructions' fields are their own) is renamed in
+        its instructions' fields by its template's plan, once per distinct pattern of the call,
+        each pattern made from the template's (the layers' calls renamed onto one shared slot
+        share it); any other instruction is replaced by a renamed copy (instructions are frozen,
+        and a traced one may be held elsewhere), each pattern renamed once."""
         self._ranges = None
         memo: dict[int, AccessPattern] = {}  # by id: `replaced` keeps every pattern alive
-        replaced = []
-        new, set_fields = object.__new__, object.__setattr__
-        for i, slots in self.entries:
-            ins = instructions[i]
-            fields = ins.__dict__
-            changed = _renamed_fields(fields, slots, rename, memo)
-            if changed:
-                copy = new(type(ins))
-                set_fields(copy, "__dict__", fields | changed)
-                instructions[i] = copy
-                replaced.append(ins)
+        replaced: list = []
+        shared: dict[tuple[int, str], AccessPattern] = {}  # by template pattern and new name
+        done = 0
+        for first, start, template, patterns in self.replays:
+            _renamed_entries(instructions, self.entries[done:first], rename, memo, replaced)
+            _rename_replay(instructions, start, template, patterns, rename, shared)
+            done = first + len(template.hbm)
+        _renamed_entries(instructions, self.entries[done:], rename, memo, replaced)
+
+
+def _renamed_entries(instructions: list, entries, rename: dict[str, str],
+                     memo: dict[int, AccessPattern], replaced: list) -> None:
+    """Replace each instruction of `entries` whose HBM slots hold a tensor of `rename` by a
+    renamed copy."""
+    new, set_fields = object.__new__, object.__setattr__
+    for i, slots in entries:
+        ins = instructions[i]
+        fields = ins.__dict__
+        changed = _renamed_fields(fields, slots, rename, memo)
+        if changed:
+            copy = new(type(ins))
+            set_fields(copy, "__dict__", fields | changed)
+            instructions[i] = copy
+            replaced.append(ins)
+
+
+def _rename_replay(instructions: list, start: int, template: Template,
+                   patterns: list[AccessPattern], rename: dict[str, str],
+                   shared: dict[tuple[int, str], AccessPattern]) -> None:
+    """Rename, in the fields of a replayed call's instructions (from `start`), the `patterns`
+    it placed, by its template's plan; `patterns` then holds the renamed ones. A renamed
+    pattern is its template pattern on the new tensor (a replay's pattern is its template's on
+    the call's tensor: the same but for the name), kept in `shared` by the template pattern's
+    id (templates outlive the rename)."""
+    renamed = list(patterns)
+    for k, ap in enumerate(patterns):
+        name = rename.get(ap.tensor)
+        if name is not None:
+            base = template.patterns[k][0]
+            found = shared.get((id(base), name))
+            if found is None:
+                found = shared[id(base), name] = base.renamed(name)
+            renamed[k] = found
+    if all(map(operator.is_, renamed, patterns)):
+        return
+    for offset, swaps in template.plan:
+        fields = instructions[start + offset].__dict__
+        for swap in swaps:
+            if len(swap) == 2:
+                fields[swap[0]] = renamed[swap[1]]
+            else:
+                name, _, where = swap
+                if any(renamed[k] is not patterns[k] for _, k in where):
+                    items = list(fields[name])
+                    for i, k in where:
+                        items[i] = renamed[k]
+                    fields[name] = tuple(items)
+    patterns[:] = renamed
 
 
 # the instruction kinds whose program order is not their execution order (`trnsim.isa.control`)
@@ -132,11 +192,12 @@ class Template:
     Replaying builds one new instruction per template instruction (each program position holds
     its own object): a copy of the template instruction's fields with the call's label and
     source, and the HBM operands of the call's tensors swapped in by a plan made here: the
-    distinct HBM access patterns (`patterns`, each with the position of its tensor in `names`)
-    and, per instruction touching them, which fields take which (`plan`)."""
+    distinct HBM access patterns (`patterns`, each with the position of its tensor in `names`,
+    -1 for a tensor that is no argument) and, per instruction touching them, which fields take
+    which (`plan`). `HbmIndex.rename` renames a replayed call's instructions by the same plan."""
 
-    __slots__ = ("classes", "control", "fields", "flops", "hbm", "length", "names", "patterns",
-                 "plan")
+    __slots__ = ("arguments", "classes", "control", "fields", "flops", "hbm", "length", "names",
+                 "patterns", "plan")
 
     def __init__(self, instructions: list, names: list[str]) -> None:
         self.names = tuple(names)  # the call's HBM tensors, in the order its key numbered them
@@ -150,6 +211,7 @@ class Template:
         self.hbm = index.entries  # offsets within the call
         self.control = index.control
         self.patterns, self.plan = _rename_plan(self.fields, self.hbm, self.names)
+        self.arguments = _argument_plan(self.plan, self.patterns)  # what a replay renames
 
     def replay(self, names: list[str], label: str, source: str | None, out: list,
                index: HbmIndex) -> None:
@@ -160,11 +222,13 @@ class Template:
         # step per instruction (~0.85 us each at 6.8M, mostly allocation)
         dicts = list(map(dict.__or__, self.fields, repeat({"label": label, "source": source})))
         if tuple(names) != self.names:
-            _swap_patterns(dicts, self.patterns, self.plan, names)
+            patterns = _swap_patterns(dicts, self.patterns, self.arguments, names)
+        else:
+            patterns = [ap for ap, _ in self.patterns]
         instructions = list(map(object.__new__, self.classes))
         deque(map(object.__setattr__, instructions, repeat("__dict__"), dicts), maxlen=0)
         out += instructions
-        index.add(self, start)
+        index.add(self, start, patterns)
 
 
 # A template's rename plan: per instruction offset, its fields that hold HBM patterns, each as
@@ -175,8 +239,10 @@ Swap = tuple[str, int] | tuple[str, tuple, tuple[tuple[int, int], ...]]
 
 def _rename_plan(fields: list[dict], hbm, names: tuple[str, ...]
                  ) -> tuple[list[tuple[AccessPattern, int]], list[tuple[int, tuple[Swap, ...]]]]:
-    """The distinct HBM patterns of the call's tensors (by identity, as a replay shares them) with
-    their tensor's position in `names`, and where each instruction holds them."""
+    """The distinct HBM patterns of the call (by identity, as a replay shares them) with their
+    tensor's position in `names` (-1: not one of the call's arguments, the same in every call,
+    such as a kernel's own scratch tensor; `HbmIndex.rename` may still rename it), and where
+    each instruction holds them."""
     position = {name: i for i, name in enumerate(names)}
     patterns: list[tuple[AccessPattern, int]] = []
     number: dict[int, int] = {}
@@ -186,12 +252,10 @@ def _rename_plan(fields: list[dict], hbm, names: tuple[str, ...]
         swaps: dict[str, list[tuple[int, int]]] = {}
         for name, index in slots:
             ap = values[name] if index < 0 else values[name][index]
-            if ap.tensor not in position:
-                continue  # not one of the call's arguments: the same in every call
             k = number.get(id(ap))
             if k is None:
                 k = number[id(ap)] = len(patterns)
-                patterns.append((ap, position[ap.tensor]))
+                patterns.append((ap, position.get(ap.tensor, -1)))
             swaps.setdefault(name, []).append((index, k))
         if swaps:
             plan.append((offset, tuple((name, items[0][1]) if items[0][0] < 0 else
@@ -200,10 +264,29 @@ def _rename_plan(fields: list[dict], hbm, names: tuple[str, ...]
     return patterns, plan
 
 
-def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> None:
+def _argument_plan(plan, patterns) -> list[tuple[int, tuple[Swap, ...]]]:
+    """`plan` restricted to the patterns of the call's arguments (those a replay renames)."""
+    out = []
+    for offset, swaps in plan:
+        kept: list[Swap] = []
+        for swap in swaps:
+            if len(swap) == 2:
+                if patterns[swap[1]][1] >= 0:
+                    kept.append(swap)
+            else:
+                where = tuple((i, k) for i, k in swap[2] if patterns[k][1] >= 0)
+                if where:
+                    kept.append((swap[0], swap[1], where))
+        if kept:
+            out.append((offset, tuple(kept)))
+    return out
+
+
+def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> list[AccessPattern]:
     """Rename, in the replayed instructions' fields `dicts`, the HBM patterns whose tensor the
-    call names differently (the others stay the template's objects)."""
-    renamed = [ap if ap.tensor == names[i] else ap.renamed(names[i]) for ap, i in patterns]
+    call names differently (the others stay the template's objects); the patterns placed."""
+    renamed = [ap if i < 0 or ap.tensor == names[i] else ap.renamed(names[i])
+               for ap, i in patterns]
     for offset, swaps in plan:
         fields = dicts[offset]
         for swap in swaps:
@@ -216,6 +299,7 @@ def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> None:
                     for i, k in where:
                         items[i] = renamed[k]
                     fields[name] = tuple(items)
+    return renamed
 
 
 def _renamed_fields(fields: dict, slots, rename: dict[str, str], memo: dict[int, AccessPattern]
