@@ -349,7 +349,10 @@ class Planner:
         """The instruction's pattern: its `key` with each access pattern replaced by its form
         (what its `InstructionFacts` depend on)."""
         cls, values = key
-        return cls, tuple([v.form() if type(v) is AccessPattern else v for v in values])
+        # (`AccessPattern.form`, its number read when computed: a patterned program computes
+        # its patterns' forms once and meets each in ~10^5 keys)
+        return cls, tuple([(v._form if v._form is not None else v.form())
+                           if type(v) is AccessPattern else v for v in values])
 
     def _new(self, ins: Instruction, program: Program, check: bool = True, key=None) -> Plan:
         """check=False for instructions their front end checked, on this core, when it emitted
@@ -385,7 +388,8 @@ class Planner:
         instruction of that pattern is a copy of it with its own regions. ``TRNSIM_PLAN=check``
         compares every plan with the reference's, each built in full (`compare_plans`)."""
         cls, values = key  # (`pattern`, inline: this runs once per distinct instruction)
-        pattern = cls, tuple([v.form() if type(v) is AccessPattern else v for v in values])
+        pattern = cls, tuple([(v._form if v._form is not None else v.form())
+                              if type(v) is AccessPattern else v for v in values])
         template = self._templates.get(pattern)
         if not template:
             plan = self._new(ins, program, False, key)
@@ -394,10 +398,9 @@ class Planner:
             return plan
         # (no HBM operand to bound or find: a pattern fixes its operands' memories, and the
         # template's had none, `_may_template`)
-        regions_of = self.regions.regions_of
         plan = _copy_plan(template)
-        plan.reads, plan.read_neighbors = regions_of(ins.reads())
-        plan.writes, plan.write_neighbors = regions_of(ins.writes())
+        plan.reads, plan.read_neighbors, plan.writes, plan.write_neighbors = \
+            self.regions.operand_regions(ins.reads(), ins.writes())
         self.templated += 1
         # (its facts are not kept by its key, as `_new` keeps them: an unchecked program that
         # meets an equal instruction checks it, which passes as its front end's check did, and

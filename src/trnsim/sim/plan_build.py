@@ -75,15 +75,14 @@ class PortTable:
 
 
 def _copy_plan(plan: Plan) -> Plan:
-    """A copy of `plan` (its `DmaPlan` shared: plans never change one)."""
+    """A copy of `plan` but for its regions, which its callers set (`Planner._templated`,
+    `Planner.derived`: their own); its `DmaPlan` shared (plans never change one)."""
     copy = object.__new__(Plan)
     copy.code, copy.busy, copy.latency, copy.flops = plan.code, plan.busy, plan.latency, plan.flops
     copy.is_load, copy.is_multiply, copy.is_matmul = plan.is_load, plan.is_multiply, plan.is_matmul
     copy.precision, copy.nbytes, copy.ports, copy.dma = (plan.precision, plan.nbytes, plan.ports,
                                                          plan.dma)
     copy.hbm_read, copy.hbm_write = plan.hbm_read, plan.hbm_write
-    copy.reads, copy.read_neighbors = plan.reads, plan.read_neighbors
-    copy.writes, copy.write_neighbors = plan.writes, plan.write_neighbors
     return copy
 
 
