@@ -352,13 +352,10 @@ class RegionIndex:
                 space = self.hbm[ap.tensor] = _Space(self._uids, self)
             return space.get(*_hbm_rectangle(ap))
         low, high = ap.byte_span()
-        p0 = ap.partition_start  # (`partition_range` of an on-chip pattern, inline)
-        key = ((self.sbuf_pitch, p0, p0 + ap.partitions, low, high) if memory is _SBUF
-               else (self.psum_pitch, p0, p0 + ap.partitions, low, high))
-        space = self.sbuf if memory is _SBUF else self.psum
-        # (most footprints are regions found before: a Llama-2-7B layer's 97k on-chip and HBM
-        # patterns have 10k regions)
-        return space.by_key.get(key) or space.get(*key)
+        p0, p1 = ap.partition_range()
+        space, pitch = (self.sbuf, self.sbuf_pitch) if memory is _SBUF else (self.psum,
+                                                                              self.psum_pitch)
+        return space.get(pitch, p0, p1, low, high)
 
 
 def _hbm_rectangle(ap: AccessPattern) -> tuple[int, int, int, int, int]:

@@ -387,9 +387,7 @@ class Planner:
         (no DMA, no HBM operand: its fields are its facts' alone, `build_plan`); another
         instruction of that pattern is a copy of it with its own regions. ``TRNSIM_PLAN=check``
         compares every plan with the reference's, each built in full (`compare_plans`)."""
-        cls, values = key  # (`pattern`, inline: this runs once per distinct instruction)
-        pattern = cls, tuple([(v._form if v._form is not None else v.form())
-                              if type(v) is AccessPattern else v for v in values])
+        pattern = self.pattern(key)
         template = self._templates.get(pattern)
         if not template:
             plan = self._new(ins, program, False, key)

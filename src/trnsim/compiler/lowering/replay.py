@@ -163,17 +163,7 @@ def _rename_replay(instructions: list, start: int, template: Template,
     if all(map(operator.is_, renamed, patterns)):
         return
     for offset, swaps in template.plan:
-        fields = instructions[start + offset].__dict__
-        for swap in swaps:
-            if len(swap) == 2:
-                fields[swap[0]] = renamed[swap[1]]
-            else:
-                name, _, where = swap
-                if any(renamed[k] is not patterns[k] for _, k in where):
-                    items = list(fields[name])
-                    for i, k in where:
-                        items[i] = renamed[k]
-                    fields[name] = tuple(items)
+        _swap_in(instructions[start + offset].__dict__, swaps, renamed, patterns)
     patterns[:] = renamed
 
 
@@ -287,19 +277,27 @@ def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> list[
     call names differently (the others stay the template's objects); the patterns placed."""
     renamed = [ap if i < 0 or ap.tensor == names[i] else ap.renamed(names[i])
                for ap, i in patterns]
+    placed = [ap for ap, _ in patterns]
     for offset, swaps in plan:
-        fields = dicts[offset]
-        for swap in swaps:
-            if len(swap) == 2:
-                fields[swap[0]] = renamed[swap[1]]
-            else:
-                name, items, where = swap
-                if any(renamed[k] is not patterns[k][0] for _, k in where):
-                    items = list(items)
-                    for i, k in where:
-                        items[i] = renamed[k]
-                    fields[name] = tuple(items)
+        _swap_in(dicts[offset], swaps, renamed, placed)
     return renamed
+
+
+def _swap_in(fields: dict, swaps: tuple[Swap, ...], renamed: list[AccessPattern],
+             placed: list[AccessPattern]) -> None:
+    """Put pattern k's `renamed[k]` where one instruction's `fields` hold it (`swaps`, from a
+    template's plan) instead of `placed[k]`; a tuple field is rebuilt only when one of its
+    patterns changes."""
+    for swap in swaps:
+        if len(swap) == 2:
+            fields[swap[0]] = renamed[swap[1]]
+        else:
+            name, _, where = swap
+            if any(renamed[k] is not placed[k] for _, k in where):
+                items = list(fields[name])
+                for i, k in where:
+                    items[i] = renamed[k]
+                fields[name] = tuple(items)
 
 
 def _renamed_fields(fields: dict, slots, rename: dict[str, str], memo: dict[int, AccessPattern]
