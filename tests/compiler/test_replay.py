@@ -14,7 +14,14 @@ from trnsim.compiler.lowering import lower
 from trnsim.compiler.lowering.hbm import SLOT_PREFIX
 from trnsim.compiler.lowering.replay import HbmIndex, Template, hbm_slots
 from trnsim.compiler.options import CompileOptions
-from trnsim.isa import CoreBarrier, DmaCopy, ProgramBuilder, Repeats, TensorTensor
+from trnsim.isa import (
+    CoreBarrier,
+    DmaCopy,
+    InstructionList,
+    ProgramBuilder,
+    Repeats,
+    TensorTensor,
+)
 from trnsim.isa.serialize import program_from_data, program_to_data
 from trnsim.sim import simulate
 from trnsim.sim.plan import PLAN_ENV, Planner
@@ -199,3 +206,29 @@ def test_replayed_calls_are_renamed_by_their_template_plan():
     assert program[1] is not instructions[1] and instructions[1].src.tensor == "w"  # copied
     assert program[7].dst is program[11].dst and program[5].src is program[9].src
     assert index.live_ranges(program, {"slot0", "slot1"}) == {"slot0": (3, 11), "slot1": (1, 9)}
+
+
+def test_a_deferred_replay_builds_what_an_eager_one_does():
+    """Replays into an `InstructionList` are built only when read (the lowering's path), and,
+    read before or after a rename, are the instructions replaying into a plain list gives; the
+    index finds live ranges without building them."""
+    instructions = _call()
+    template = Template(instructions, ["a", "out"])  # w: not an argument
+    eager, lazy = list(instructions), InstructionList(instructions)
+    eager_index, lazy_index = HbmIndex.of(eager), HbmIndex.of(lazy)
+    for n in (2, 3, 4):
+        for out, index in ((eager, eager_index), (lazy, lazy_index)):
+            template.replay([f"a{n}", f"out{n}"], f"k:{n}", "model.py:7", out, index)
+    assert lazy.pending == 3 and len(lazy) == len(eager) == 16
+    names = {"a", "out", "w", "a2", "out2", "a3", "out3", "a4", "out4"}
+    assert lazy_index.live_ranges(lazy, names) == eager_index.live_ranges(eager, names)
+    assert lazy.pending == 3 and lazy.built(5) is None  # found without building
+    early = lazy[7]  # built before the rename: renamed in place
+    rename = {"out": "slot0", "out2": "slot0", "out3": "slot0", "w": "slot1", "a4": "slot2"}
+    for out, index in ((eager, eager_index), (lazy, lazy_index)):
+        index.rename(out, rename)
+    assert lazy[7] is early and early.dst.tensor == "slot0"
+    names = {"slot0", "slot1", "slot2", "a", "a2", "a3", "out4"}
+    assert lazy_index.live_ranges(lazy, names) == eager_index.live_ranges(eager, names)
+    assert [(i.label, i.source, i) for i in lazy] == [(i.label, i.source, i) for i in eager]
+    assert lazy[9].src is lazy[13].src  # one renamed pattern shared by the calls, as eager

@@ -37,6 +37,7 @@ from trnsim.isa.instruction import (
     operand_fields,
     streaming_cost,
 )
+from trnsim.isa.instruction_list import InstructionList
 from trnsim.isa.mx import LoadStationaryMx, MultiplyMovingMx, QuantizeMx
 from trnsim.isa.ops import ACTIVATIONS, ALU_OPS, AluOp, activation_function, alu_op
 from trnsim.isa.program import OnChipAllocator, Program, ProgramBuilder, Repeats, TensorDecl
@@ -103,6 +104,7 @@ __all__ = [
     "Exponential",
     "FindIndex8",
     "Instruction",
+    "InstructionList",
     "Iota",
     "Jump",
     "LoadStationary",

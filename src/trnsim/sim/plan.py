@@ -52,7 +52,7 @@ from operator import attrgetter
 import numpy as np
 
 from trnsim.errors import InvalidArgumentError, LimitExceededError, UnknownNameError
-from trnsim.isa import AccessPattern, Instruction, Memory, Program
+from trnsim.isa import AccessPattern, Instruction, InstructionList, Memory, Program
 from trnsim.sim.collector import collector_paused
 from trnsim.sim.dependencies import RegionIndex
 from trnsim.sim.plan_build import (  # noqa: F401  (re-exported: sim modules import Plan here)
@@ -458,17 +458,26 @@ class _Planned:
 
     def __init__(self, core, program: Program, planner: Planner, plans: list[Plan]) -> None:
         self.core = core
-        self.instructions = tuple(program.instructions)  # held: their ids cannot be reused
+        # held: their ids cannot be reused; a list that counts its writes (`InstructionList`,
+        # whose unread replays are not built) is held with its count instead
+        instructions = program.instructions
+        self.instructions = ((instructions, instructions.changes)
+                             if isinstance(instructions, InstructionList)
+                             else tuple(instructions))
         self.tensors = _tensor_signature(program)
         self.planner = planner
         self.plans = plans
         self.arrays = None  # (PlanArrays, uids) for the compiled loop, made on first use
 
     def fits(self, core, program: Program) -> bool:
-        instructions = program.instructions
-        return ((self.core is core or self.core == core)
-                and len(instructions) == len(self.instructions)
-                and all(map(operator.is_, instructions, self.instructions))
+        instructions, held = program.instructions, self.instructions
+        if isinstance(instructions, InstructionList):
+            same = type(held) is not tuple and held[0] is instructions \
+                and held[1] == instructions.changes
+        else:
+            same = (type(held) is tuple and len(instructions) == len(held)
+                    and all(map(operator.is_, instructions, held)))
+        return (same and (self.core is core or self.core == core)
                 and _tensor_signature(program) == self.tensors)
 
 

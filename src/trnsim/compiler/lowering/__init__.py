@@ -26,7 +26,7 @@ from trnsim.compiler.lowering.onchip import keep_on_chip
 from trnsim.compiler.lowering.replay import HbmIndex, Template
 from trnsim.compiler.lowering.steps import to_callable
 from trnsim.errors import TrnsimError
-from trnsim.isa import CoreBarrier, Memory, Program, Repeats
+from trnsim.isa import CoreBarrier, InstructionList, Memory, Program, Repeats
 from trnsim.nki.tile import Axis, Tile
 from trnsim.nki.trace import Trace, tracing
 from trnsim.numerics import cast
@@ -77,6 +77,8 @@ class _Lowering:
     def __init__(self, graph: Graph, core, name: str, lnc: int = 1) -> None:
         self.graph = graph
         self.traces = [Trace(name, core) for _ in range(lnc)]
+        for trace in self.traces:  # replays are deferred: built when read (`InstructionList`)
+            trace.builder.program.instructions = InstructionList()
         for other in self.traces[1:]:
             other.shared_outputs = self.traces[0].shared_outputs
         self.trace = self.traces[0]

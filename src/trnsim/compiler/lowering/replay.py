@@ -2,9 +2,10 @@
 
 The 24 layers of BERT-large (32 of Llama-2-7B) call the same kernels with the same shapes; only
 the HBM tensors they read and write differ. The first call of each kind is traced and kept as a
-`Template`; a later identical call copies the template's instructions, renaming only the HBM
-operands the template recorded (where each sits is found once, when the template is made, not
-searched again on every copy).
+`Template`; a later identical call is the template's instructions with only the HBM operands the
+template recorded renamed (where each sits is found once, when the template is made, not
+searched again on every copy), deferred: built when read (`trnsim.isa.instruction_list`), and
+the timing path reads only the few that touch HBM.
 
 The same positions make the `HbmIndex`: for each instruction that touches HBM, which operand
 slots hold HBM access patterns. The passes that run after lowering (live ranges, keeping
@@ -18,7 +19,7 @@ import operator
 from collections import deque
 from itertools import repeat
 
-from trnsim.isa import AccessPattern, Instruction, Memory, operand_fields
+from trnsim.isa import AccessPattern, Instruction, InstructionList, Memory, operand_fields
 
 # (field name, index in a tuple field or -1 for a field holding one access pattern)
 Slot = tuple[str, int]
@@ -99,12 +100,18 @@ class HbmIndex:
         chip, then sharing HBM buffers, asks twice)."""
         if self._ranges is None or self._ranges[0] is not instructions:
             ranges: dict[str, tuple[int, int]] = {}
-            for i, slots in self.entries:
-                fields = instructions[i].__dict__
-                for name, index in slots:
-                    tensor = (fields[name] if index < 0 else fields[name][index]).tensor
+            done = 0
+            for first, start, template, patterns in self.replays:
+                _touch_entries(ranges, instructions, self.entries[done:first])
+                # a replayed call's, by its template's touches (no instruction built):
+                # in order of first touch, as the walk meets them
+                for k, low, high in template.touches:
+                    tensor = patterns[k].tensor
                     found = ranges.get(tensor)
-                    ranges[tensor] = (i, i) if found is None else (found[0], i)
+                    ranges[tensor] = ((start + low, start + high) if found is None
+                                      else (found[0], max(found[1], start + high)))
+                done = first + len(template.hbm)
+            _touch_entries(ranges, instructions, self.entries[done:])
             self._ranges = (instructions, ranges)
         return {tensor: span for tensor, span in self._ranges[1].items() if tensor in names}
 
@@ -125,6 +132,16 @@ class HbmIndex:
             _rename_replay(instructions, start, template, patterns, rename, shared)
             done = first + len(template.hbm)
         _renamed_entries(instructions, self.entries[done:], rename, memo, replaced)
+
+
+def _touch_entries(ranges: dict[str, tuple[int, int]], instructions, entries) -> None:
+    """Extend `ranges` (first, last index per tensor) by the HBM operands of `entries`."""
+    for i, slots in entries:
+        fields = instructions[i].__dict__
+        for name, index in slots:
+            tensor = (fields[name] if index < 0 else fields[name][index]).tensor
+            found = ranges.get(tensor)
+            ranges[tensor] = (i, i) if found is None else (found[0], i)
 
 
 def _renamed_entries(instructions: list, entries, rename: dict[str, str],
@@ -162,8 +179,13 @@ def _rename_replay(instructions: list, start: int, template: Template,
             renamed[k] = found
     if all(map(operator.is_, renamed, patterns)):
         return
+    # (an instruction not built yet takes the renamed patterns when it is: `Replayed`)
+    built = instructions.built if isinstance(instructions, InstructionList) else \
+        instructions.__getitem__
     for offset, swaps in template.plan:
-        _swap_in(instructions[start + offset].__dict__, swaps, renamed, patterns)
+        ins = built(start + offset)
+        if ins is not None:
+            _swap_in(ins.__dict__, swaps, renamed, patterns)
     patterns[:] = renamed
 
 
@@ -179,15 +201,16 @@ def control_flow(classes) -> bool:
 class Template:
     """A traced kernel call's instructions, kept to replay later identical calls.
 
-    Replaying builds one new instruction per template instruction (each program position holds
-    its own object): a copy of the template instruction's fields with the call's label and
-    source, and the HBM operands of the call's tensors swapped in by a plan made here: the
+    A replay appends a deferred span to the program's `InstructionList` (`Replayed`: each of its
+    instructions is built when read, as its own object): a copy of the template instruction's
+    fields with the call's label and source, and the HBM operands of the call's tensors swapped
+    in by a plan made here: the
     distinct HBM access patterns (`patterns`, each with the position of its tensor in `names`,
     -1 for a tensor that is no argument) and, per instruction touching them, which fields take
     which (`plan`). `HbmIndex.rename` renames a replayed call's instructions by the same plan."""
 
-    __slots__ = ("arguments", "classes", "control", "fields", "flops", "hbm", "length", "names",
-                 "patterns", "plan")
+    __slots__ = ("classes", "control", "fields", "flops", "hbm", "length", "names", "patterns",
+                 "placed", "plan", "swaps", "touches")
 
     def __init__(self, instructions: list, names: list[str]) -> None:
         self.names = tuple(names)  # the call's HBM tensors, in the order its key numbered them
@@ -201,24 +224,63 @@ class Template:
         self.hbm = index.entries  # offsets within the call
         self.control = index.control
         self.patterns, self.plan = _rename_plan(self.fields, self.hbm, self.names)
-        self.arguments = _argument_plan(self.plan, self.patterns)  # what a replay renames
+        self.placed = [ap for ap, _ in self.patterns]  # the patterns the template's fields hold
+        self.swaps = dict(self.plan)  # offset -> its swaps
+        self.touches = _touches(self.fields, self.hbm, self.placed)
 
     def replay(self, names: list[str], label: str, source: str | None, out: list,
                index: HbmIndex) -> None:
         """Append the template's instructions, relabelled and touching `names`, to `out` (the
-        program's instruction list) and their HBM slots to `index`."""
+        program's instruction list: deferred, built when read, in an `InstructionList`) and
+        their HBM slots to `index`."""
         start = len(out)
-        # loops in C over the template: one dict and one object per instruction, no Python
-        # step per instruction (~0.85 us each at 6.8M, mostly allocation)
-        dicts = list(map(dict.__or__, self.fields, repeat({"label": label, "source": source})))
         if tuple(names) != self.names:
-            patterns = _swap_patterns(dicts, self.patterns, self.arguments, names)
+            patterns = [ap if i < 0 or ap.tensor == names[i] else ap.renamed(names[i])
+                        for ap, i in self.patterns]
         else:
-            patterns = [ap for ap, _ in self.patterns]
-        instructions = list(map(object.__new__, self.classes))
-        deque(map(object.__setattr__, instructions, repeat("__dict__"), dicts), maxlen=0)
-        out += instructions
+            patterns = list(self.placed)
+        call = Replayed(self, {"label": label, "source": source}, patterns)
+        if isinstance(out, InstructionList):
+            out.defer(self.length, call)
+        else:
+            out += call.all()
         index.add(self, start, patterns)
+
+
+class Replayed:
+    """The maker of a replayed call's instructions (`InstructionList.defer`): the template's
+    fields with the call's label and source, and the HBM patterns the call places (`patterns`,
+    pattern k where the template holds its pattern k; `HbmIndex.rename` renames them in this
+    list, and in the instructions built before it)."""
+
+    __slots__ = ("extra", "patterns", "template")
+
+    def __init__(self, template: Template, extra: dict, patterns: list[AccessPattern]) -> None:
+        self.template = template
+        self.extra = extra
+        self.patterns = patterns
+
+    def one(self, offset: int) -> Instruction:
+        template = self.template
+        fields = template.fields[offset] | self.extra
+        swaps = template.swaps.get(offset)
+        if swaps is not None:
+            _swap_in(fields, swaps, self.patterns, template.placed)
+        ins = object.__new__(template.classes[offset])
+        object.__setattr__(ins, "__dict__", fields)
+        return ins
+
+    def all(self) -> list[Instruction]:
+        # loops in C over the template: one dict and one object per instruction, no Python
+        # step per instruction (~0.85 us each, mostly allocation)
+        template = self.template
+        dicts = list(map(dict.__or__, template.fields, repeat(self.extra)))
+        if not all(map(operator.is_, self.patterns, template.placed)):
+            for offset, swaps in template.plan:
+                _swap_in(dicts[offset], swaps, self.patterns, template.placed)
+        instructions = list(map(object.__new__, template.classes))
+        deque(map(object.__setattr__, instructions, repeat("__dict__"), dicts), maxlen=0)
+        return instructions
 
 
 # A template's rename plan: per instruction offset, its fields that hold HBM patterns, each as
@@ -254,33 +316,22 @@ def _rename_plan(fields: list[dict], hbm, names: tuple[str, ...]
     return patterns, plan
 
 
-def _argument_plan(plan, patterns) -> list[tuple[int, tuple[Swap, ...]]]:
-    """`plan` restricted to the patterns of the call's arguments (those a replay renames)."""
-    out = []
-    for offset, swaps in plan:
-        kept: list[Swap] = []
-        for swap in swaps:
-            if len(swap) == 2:
-                if patterns[swap[1]][1] >= 0:
-                    kept.append(swap)
+def _touches(fields: list[dict], hbm, placed: list[AccessPattern]
+             ) -> list[tuple[int, int, int]]:
+    """(pattern number, first offset, last offset) of each HBM pattern of a call, in the order
+    a walk over its instructions and slots first meets them (`HbmIndex.live_ranges`)."""
+    number = {id(ap): k for k, ap in enumerate(placed)}
+    spans: dict[int, list[int]] = {}
+    for offset, slots in hbm:
+        values = fields[offset]
+        for name, index in slots:
+            k = number[id(values[name] if index < 0 else values[name][index])]
+            found = spans.get(k)
+            if found is None:
+                spans[k] = [offset, offset]
             else:
-                where = tuple((i, k) for i, k in swap[2] if patterns[k][1] >= 0)
-                if where:
-                    kept.append((swap[0], swap[1], where))
-        if kept:
-            out.append((offset, tuple(kept)))
-    return out
-
-
-def _swap_patterns(dicts: list[dict], patterns, plan, names: list[str]) -> list[AccessPattern]:
-    """Rename, in the replayed instructions' fields `dicts`, the HBM patterns whose tensor the
-    call names differently (the others stay the template's objects); the patterns placed."""
-    renamed = [ap if i < 0 or ap.tensor == names[i] else ap.renamed(names[i])
-               for ap, i in patterns]
-    placed = [ap for ap, _ in patterns]
-    for offset, swaps in plan:
-        _swap_in(dicts[offset], swaps, renamed, placed)
-    return renamed
+                found[1] = offset
+    return [(k, low, high) for k, (low, high) in spans.items()]
 
 
 def _swap_in(fields: dict, swaps: tuple[Swap, ...], renamed: list[AccessPattern],
