@@ -304,17 +304,31 @@ def _trace_reentered(steps, mode, monkeypatch):
 
 def test_a_loop_entered_again_reuses_its_template(monkeypatch, stamped_iterations):
     """The first run finds its template from three agreeing iterations (after the one starting
-    the accumulation); a later run whose two traced iterations move as that template does is
-    stamped from its third iteration on. Same program and trace state as tracing every one."""
+    the accumulation); a later run whose first two iterations move as that template does is
+    stamped from its third iteration on, though its first one started the accumulation (its
+    matmul's flag differs: `_reused_after_first`). Same program and trace state as tracing
+    every one."""
     steps = [lambda k: k, lambda k: k, lambda k: 9 - k]
     plain = _trace_reentered(steps, "off", monkeypatch)
     stamped = _trace_reentered(steps, "on", monkeypatch)
     _assert_same_programs(stamped.builder.program, plain.builder.program)
     assert _state(stamped) == _state(plain)
-    # run 1: iterations 0-3 and 9 traced; run 2: 0-2 and 9; run 3's K tiles go down (9 - k
+    # run 1: iterations 0-3 and 9 traced; run 2: 0-1 and 9; run 3's K tiles go down (9 - k
     # moves the other way): it finds its own template, as run 1
-    assert stamped_iterations[0] == 5 + 6 + 5
+    assert stamped_iterations[0] == 5 + 7 + 5
     _trace_reentered(steps, "check", monkeypatch)
+
+
+def test_a_first_iteration_is_taken_only_where_it_alone_differs(monkeypatch, stamped_iterations):
+    """A later run's first iteration (the one starting the accumulation) stands in for a traced
+    iteration only when its moved fields step as the template's and its other fields differ
+    only where the next iteration holds the template's value: a first K tile read from another
+    place is not taken (the run traces one iteration more), and the program is as traced."""
+    steps = [lambda k: k, lambda k: k if k else 5]
+    plain = _trace_reentered(steps, "off", monkeypatch)
+    stamped = _trace_reentered(steps, "on", monkeypatch)
+    _assert_same_programs(stamped.builder.program, plain.builder.program)
+    assert stamped_iterations[0] == 5 + 6  # run 2: iterations 0-2 and 9 traced
 
 
 def test_check_mode_catches_a_wrong_reused_template(monkeypatch):
@@ -383,8 +397,8 @@ def test_a_reentered_loop_checks_each_place_once(monkeypatch):
     _assert_same_programs(programs["on"][0], programs["off"][0])
     assert programs["off"][1] == 100
     # runs 1-9 check all 10 matmuls (traced or stamped at a new place); run 10 is run 2 at
-    # another name: its 4 traced ones are checked, its 6 stamped ones were
-    assert programs["on"][1] == 94
+    # another name: its 3 traced ones (K tiles 0, 1 and 9) are checked, its 7 stamped ones were
+    assert programs["on"][1] == 93
 
 
 def test_check_keys_ignore_names_not_places():
@@ -549,3 +563,17 @@ def test_a_short_loop_stamps_from_its_earlier_run(n, first, later, monkeypatch,
     assert stamped_iterations[0] == first + 2 * later
     _assert_same_programs(programs["on"], programs["off"])
     _assert_same_programs(programs["check"], programs["off"])
+
+
+def test_a_first_iteration_may_differ_in_its_zero_claims_alone():
+    """`_claimed_only`: the trace's state before and after the first iteration of a reused run
+    differs in the settled lazily zeroed PSUM tiles (`Trace.zero_claims`, last in `_state`)
+    and in nothing else."""
+    assert stamp._claimed_only((1, 2, 3), (1, 2, 4))
+    assert not stamp._claimed_only((1, 2, 3), (1, 2, 3))
+    assert not stamp._claimed_only((1, 2, 3), (1, 5, 4))
+
+    trace = trace_kernel(_resident_k, [_bf16(256, 128), _bf16(256, 512)], (128, 512),
+                         "bfloat16")[0]
+    trace.zero_claims = 12345
+    assert stamp._state(trace)[-1] == 12345

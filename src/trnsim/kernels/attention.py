@@ -628,16 +628,14 @@ class _Attention:
         h0, hn = group
         d = self.d
         k0, kw = keys or (0, self.sk)
+        chunks = tiles(kw, BANK_FP32)
         for g in range(hn):
             p, j = divmod(h0 + g, self.heads_per_pack)
             kp = 0 if self.k_shared else p
-            for c0, cw in tiles(kw, BANK_FP32):
-                view = scores[0:qr, g, c0:c0 + cw]
-                c = k0 - base + c0
-                view[...] = nisa.nc_matmul(q_t[j * d:(j + 1) * d, p, 0:qr],
-                                           k_t[j * d:(j + 1) * d, kp, c:c + cw])
-                if mask is not None:
-                    mask.accumulate(view, h0 + g, c0, cw)
+            stationary = q_t[j * d:(j + 1) * d, p, 0:qr]
+            for i in stamped_range(_past_full(chunks, BANK_FP32)):  # (a call: no branch)
+                _score_chunk(scores[0:qr, g, :], stationary, k_t[j * d:(j + 1) * d, kp, :],
+                             k0 - base, chunks, i, mask, h0 + g)
 
     def _row_max(self, hn: int, qr: int, scores: Tile, state: _SoftmaxState) -> None:
         """state.row_max = the row maximum of scale * scores (as a maximum or minimum of the
@@ -695,10 +693,9 @@ class _Attention:
         acc = psum_tile(self.group, self.dv, zeros=True)
         for g in range(hn):
             head = 0 if self.v_shared else h0 + g
-            for t in stamped_range(len(key_tiles)):  # (a body without branches: stamped)
-                kr = key_tiles[t][1]
-                acc[0:qr, g, :] += nisa.nc_matmul(probs_t[0:kr, t, g, 0:qr],
-                                                  values[0:kr, head, first_tile + t, :])
+            for t in stamped_range(_past_full(key_tiles, P)):  # (a call: no branch)
+                _value_tile(acc[0:qr, g, :], probs_t[:, :, g, 0:qr], values[:, head, :, :],
+                            key_tiles, t, first_tile)
         return acc
 
     def _probability_transposes(self, hn: int, qr: int, probs: Tile, probs_t: Tile,
@@ -776,6 +773,38 @@ class _Attention:
         low = nl.ndarray((P, heads, kw), dtype=self.mask_dtype, buffer=nl.sbuf)
         low[0:rows] = nisa.tensor_tensor(value[0:rows], high[0:rows], np.subtract)
         return _MaskTerms(self.constants, [high, low], shared_rows, per_head)
+
+
+def _past_full(pieces: list[tuple[int, int]], full: int) -> int:
+    """Iterations of a stamped loop over `pieces` (`tiles(n, full)`): one more when the last
+    piece is full, an iteration that emits nothing (`_score_chunk`, `_value_tile`), so that
+    the iteration stamping traces last (`trnsim.nki.stamp`) is that empty one and every full
+    piece past the first few is stamped (as `matmul_engine.Engine._k_range` does)."""
+    return len(pieces) + (pieces[-1][1] == full)
+
+
+def _score_chunk(scores: Tile, stationary: Tile, k_t: Tile, start: int,
+                 chunks: list[tuple[int, int]], i: int, mask: _MaskTerms | None,
+                 head: int) -> None:
+    """scores[:, chunk i] = Q_h K_h^T (+ mask) for one head (`_Attention._scores`; scores
+    [qr, keys], k_t [d, keys from `start` on]); nothing past the last chunk."""
+    if i == len(chunks):
+        return
+    c0, cw = chunks[i]
+    view = scores[:, c0:c0 + cw]
+    view[...] = nisa.nc_matmul(stationary, k_t[:, start + c0:start + c0 + cw])
+    if mask is not None:
+        mask.accumulate(view, head, c0, cw)
+
+
+def _value_tile(acc: Tile, probs_t: Tile, values: Tile, key_tiles: list[tuple[int, int]],
+                t: int, first_tile: int) -> None:
+    """acc += P^T[key tile t]^T @ V[key tile t] for one head (`_Attention._values_product`;
+    probs_t [keys, tiles, qr], values [keys, tiles, dv]); nothing past the last key tile."""
+    if t == len(key_tiles):
+        return
+    kr = key_tiles[t][1]
+    acc[...] += nisa.nc_matmul(probs_t[0:kr, t, :], values[0:kr, first_tile + t, :])
 
 
 def _holds_neg(dtype) -> bool:

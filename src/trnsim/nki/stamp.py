@@ -24,10 +24,13 @@ and a last-iteration difference (a partial K tile) is traced.
 A loop the kernel enters again (a matmul's K loop, once per output block) reuses the template of
 its previous run at the same code location (`Trace.stamp_templates`): two traced iterations that
 agree with each other as that template's three did (the same per-instruction differences, calls,
-tile names and tile uses) stamp the rest. It trusts one difference of this run where a first run
-needs two; `TRNSIM_STAMP=check` proves it as it proves a first run's template. So a loop of as
-few as `MIN_REUSED` iterations is recorded: its first run leaves a template even when it is too
-short to stamp from its own.
+tile names and tile uses) stamp the rest. The first of the two may be the iteration that started
+the run's accumulation (it settled a lazily zeroed PSUM tile and so set other matmul flags,
+`_reused_after_first`): its moved fields must step as the template's, and any other field it
+differs in must hold the template's value in the second. It trusts one difference of this run
+where a first run needs two; `TRNSIM_STAMP=check` proves it as it proves a first run's
+template. So a loop of as few as `MIN_REUSED` iterations is recorded: its first run leaves a
+template even when it is too short to stamp from its own.
 
 The body's own Python is screened before any stamping (`_screen_code`): no branch (an ``if`` on
 the index could go another way in a stamped iteration), no loop-carried local (read before written
@@ -229,12 +232,46 @@ def _reused(earlier: _Template | None, history: list[_Iteration]) -> _Template |
     if earlier is None or len(history) < 2:
         return None
     a, b = history[-2:]
-    if not (a.valid and b.valid and _alike(a, b, earlier.last)):
+    if not b.valid:
         return None
-    for x, y, want in zip(a.instructions, b.instructions, earlier.deltas, strict=True):
-        if _delta_instruction(x, y, b) != want:
+    if a.valid and _alike(a, b, earlier.last):
+        for x, y, want in zip(a.instructions, b.instructions, earlier.deltas, strict=True):
+            if _delta_instruction(x, y, b) != want:
+                return None
+        return _Template(b, earlier.deltas)
+    return _reused_after_first(earlier, a, b)
+
+
+def _reused_after_first(earlier: _Template, a: _Iteration, b: _Iteration) -> _Template | None:
+    """`_reused` where iteration a started the run's accumulation: it settled the lazy zeros of
+    a PSUM tile (`Trace._claim_zeros`, the trace's only change between a and b) and so emitted
+    its first matmuls with other flags. The moved fields must still step by the earlier run's
+    differences from a to b; a field the differences do not move may differ in a only where b
+    holds the earlier template's very value (a flag that is constant from b on in the earlier
+    run as in this one). One traced iteration fewer per run of a K loop into a zeroed
+    accumulator."""
+    last = earlier.last
+    if not (_alike(b, b, last) and len(a.instructions) == len(b.instructions)
+            and a.calls == b.calls and a.ids == b.ids and a.events == b.events
+            and a.locals0 == b.locals0 and _claimed_only(a.state0, b.state0)):
+        return None
+    for x, y, z, want in zip(a.instructions, b.instructions, last.instructions, earlier.deltas,
+                             strict=True):
+        if not (type(x) is type(y) is type(z)):
             return None
+        for name in _init_fields(type(x)):
+            u, v = getattr(x, name), getattr(y, name)
+            if name in want:
+                if _delta(u, v, b) != want[name]:
+                    return None
+            elif u != v and (v != getattr(z, name) or type(v) is not type(getattr(z, name))):
+                return None
     return _Template(b, earlier.deltas)
+
+
+def _claimed_only(before: tuple, after: tuple) -> bool:
+    """`_state` tuples equal but for one more settled lazily zeroed PSUM tile (`zero_claims`)."""
+    return before[:-1] == after[:-1] and before[-1] < after[-1]
 
 
 def _stamp(trace: Trace, template: _Template, start: int, stop: int, base: int) -> None:
@@ -492,7 +529,7 @@ def _state(trace: Trace) -> tuple:
             len(trace._warned), len(trace.written_inputs), len(trace._loop_placements),
             trace.spiller is None, trace.pending is None, len(trace.scopes),
             len(trace.builder.program.tensors), trace.exact_int, trace.label, trace.source,
-            trace.zero_claims, trace.invariants_prune_at)
+            trace.invariants_prune_at, trace.zero_claims)  # (zero_claims last: `_claimed_only`)
 
 
 def _frame_state(frame, carried: tuple[str, ...]) -> tuple:
