@@ -84,3 +84,17 @@ def test_a_submodule_imported_inside_the_block_is_the_real_one():
                           "works": linear_sum_assignment([[1.0, 0.0], [0.0, 1.0]])[1].tolist()}))
     """)
     assert result == {"real": True, "works": [1, 0]}
+
+
+def test_a_zoo_build_leaves_scipy_optimize_unimported_and_transformers_working():
+    result = _run("""
+        import json, sys
+        from trnsim.perf.bench import build_model
+        model = build_model("bert-base-uncased", initialise=False)
+        from transformers.loss import loss_for_object_detection as detection
+        print(json.dumps({"loaded": "scipy.optimize" in sys.modules,
+                          "layers": len(model.encoder.layer),
+                          "match": detection.linear_sum_assignment([[2.0, 1.0], [1.0, 2.0]])[1]
+                          .tolist()}))
+    """)
+    assert result == {"loaded": False, "layers": 12, "match": [1, 0]}
