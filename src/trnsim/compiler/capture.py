@@ -22,6 +22,7 @@ are viewed through ml_dtypes). Only int64/float64 buffers are narrowed (copied) 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -425,7 +426,9 @@ def aten_kind(target: str) -> str:
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 
+@functools.cache
 def _library_dirs() -> tuple[str, ...]:
+    """torch's and trnsim's directories (fixed for the process: asked once per FX node)."""
     import torch
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

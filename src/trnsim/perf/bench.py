@@ -108,11 +108,13 @@ def published_latency(model: str, instance: str, batch: int, seq: int) -> float 
 def build_model(name: str, *, initialise: bool):
     """Build zoo model `name` (random weights if `initialise`, else on the meta device). The
     collector is paused meanwhile (`trnsim.sim.collector`): the imports and the model's modules
-    are long-lived objects that every collection triggered while they are made would walk."""
+    are long-lived objects that every collection triggered while they are made would walk.
+    Optional imports no build calls are deferred (`trnsim.perf.zoo_imports`)."""
+    from trnsim.perf.zoo_imports import deferred_imports
     from trnsim.sim.collector import collector_paused
 
     entry = zoo_model(name)
-    with collector_paused(promote=True):
+    with collector_paused(promote=True), deferred_imports():
         if initialise:
             return entry.build()
         from trnsim.compiler.empty_weights import empty_weights
