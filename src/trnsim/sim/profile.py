@@ -92,6 +92,11 @@ class ProfileSummary:
         return asdict(self)
 
 
+def _gathered(name: str) -> cached_property:
+    """`Profile`'s per-record column `name`: each record's plan's figure, gathered when read."""
+    return cached_property(lambda profile: profile._plan_columns[name][profile._uids])
+
+
 class Profile:
     """The timeline of one core's run. Built by `trnsim.sim.simulate`."""
 
@@ -141,25 +146,10 @@ class Profile:
 
     # --- per-record figures of the plans (gathered when read: a loaded run's profiles, whose
     # totals alone are read, never gather them; a 5.5M-record column is 44 MB) ---------------
-    @cached_property
-    def flops(self) -> np.ndarray:
-        return self._gathered("flops")
-
-    @cached_property
-    def nbytes(self) -> np.ndarray:
-        """DMA: bytes moved; engines: bytes read + written."""
-        return self._gathered("nbytes")
-
-    @cached_property
-    def hbm_read(self) -> np.ndarray:
-        return self._gathered("hbm_read")
-
-    @cached_property
-    def hbm_write(self) -> np.ndarray:
-        return self._gathered("hbm_write")
-
-    def _gathered(self, name: str) -> np.ndarray:
-        return self._plan_columns[name][self._uids]
+    flops = _gathered("flops")
+    nbytes = _gathered("nbytes")  # DMA: bytes moved; engines: bytes read + written
+    hbm_read = _gathered("hbm_read")
+    hbm_write = _gathered("hbm_write")
 
     def column(self, name: str, records: np.ndarray) -> np.ndarray:
         """Per-record column `name` (flops, nbytes, hbm_read, hbm_write) at `records` (a mask
