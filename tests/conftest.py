@@ -13,6 +13,10 @@ if "TRNSIM_RUNTIME_DIR" not in os.environ:
     os.environ["TRNSIM_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="trnsim-test-registry-")
     atexit.register(shutil.rmtree, os.environ["TRNSIM_RUNTIME_DIR"], ignore_errors=True)
 
+# The compiler verifies the graph after every pass (`trnsim.compiler.passes`, a check mode: by
+# default only the pipeline's result is verified).
+os.environ.setdefault("TRNSIM_PASSES", "check")
+
 
 @pytest.fixture(autouse=True)
 def _unlimited_table_width(monkeypatch):

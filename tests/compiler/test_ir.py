@@ -102,3 +102,18 @@ def test_constant_pending_cast_is_applied_only_on_demand():
 def test_weight_bytes_counts_each_used_constant_once_in_its_declared_dtype():
     g = small_graph()
     assert g.weight_bytes() == 12 * 4
+
+
+def test_keep_takes_the_type_of_alike_operands_and_reinfers_changed_ones():
+    g = small_graph()
+    x, w, mm, relu = g.nodes[:4]
+    rw = Rewriter(g)
+    rw.keep(x)
+    rw.keep(w)
+    kept = rw.keep(mm)  # operands alike: the node's own type, not re-derived
+    assert (kept.shape, kept.dtype, kept.attrs is not mm.attrs) == (mm.shape, mm.dtype, True)
+    rw.replace(mm, rw.emit("cast", [kept], {"dtype": "bfloat16"}))  # a cast: another op, dtype
+    out = rw.keep(relu)
+    assert (out.shape, out.dtype.name) == ((2, 4), "bfloat16")
+    rw.new.outputs = [out]
+    rw.new.verify()

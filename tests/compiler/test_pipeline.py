@@ -8,8 +8,10 @@ import pytest
 
 from tests.compiler.test_capture import MODELS
 from tests.compiler.zoo import max_error
+from trnsim.compiler.errors import IRError
 from trnsim.compiler.fused import KERNEL_LEVEL_LEAVES, KERNEL_LEVEL_VIEWS
 from trnsim.compiler.interpret import evaluate
+from trnsim.compiler.ir import Rewriter
 from trnsim.compiler.kernel_ops import KERNEL_OPS as KERNELS
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.passes import PASS_NAMES, PIPELINE, describe, run_pipeline
@@ -76,3 +78,27 @@ def test_bert_large_captures_and_compiles_quickly():
     elapsed = time.perf_counter() - start
     assert sum(1 for n in k.nodes if n.op == "k.attention") == 24
     assert elapsed < 15, elapsed
+
+
+def test_the_result_is_verified_by_default_and_every_pass_in_check_mode(zoo, monkeypatch):
+    """A pass that leaves a wrong type is caught: at the end by default, right after it under
+    TRNSIM_PASSES=check (the tests' setting) or verify=True; verify=False checks nothing."""
+    import trnsim.compiler.passes as passes
+
+    def corrupt(graph, options):  # a copy whose output claims a wrong shape
+        rw = Rewriter(graph)
+        for node in graph.nodes:
+            rw.keep(node)
+        out = rw.finish()
+        out.outputs[0].shape = (*out.outputs[0].shape, 7)
+        return out
+
+    broken = (passes.Pass("fold", corrupt, "a broken pass"), *PIPELINE[1:])
+    monkeypatch.setattr(passes, "PIPELINE", broken)
+    graph = zoo.get("mlp").graph
+    with pytest.raises(IRError, match="rule gives"):
+        run_pipeline(graph)  # TRNSIM_PASSES=check: right after the pass
+    monkeypatch.delenv("TRNSIM_PASSES")
+    with pytest.raises(IRError, match="rule gives"):
+        run_pipeline(zoo.get("mlp").graph, stop_after="fold")  # default: the result
+    run_pipeline(zoo.get("mlp").graph, stop_after="fold", verify=False)

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import trnsim  # noqa: E402
 from trnsim.runtime.report import kernel_times  # noqa: E402
 from trnsim.sim.engines import DMA_BASE, engine_name  # noqa: E402
+from trnsim.sim.profile import Profile  # noqa: E402
 
 
 def _reference(profile) -> list[tuple]:
@@ -51,7 +52,7 @@ def test_kernel_times_equal_a_per_record_accumulation(monkeypatch, tmp_path):
     assert len(got) > 2 and got == _reference(profile)
 
 
-class _Records:
+class _Records(Profile):
     """A profile's columns for a program run by program counter: loops revisit kernels, so a
     kernel's records come in several runs, and one instruction is never reached."""
 

@@ -105,3 +105,21 @@ def test_dma_pieces_cover_each_transfer_after_its_start_latency(profile):
         assert pieces[0, 0] >= profile.start_ns[record] + latency - 1e-6
         assert pieces[-1, 1] == pytest.approx(profile.end_ns[record], rel=1e-12)
         assert np.all(pieces[1:, 0] >= pieces[:-1, 1] - 1e-9)  # in time order, disjoint
+
+
+def test_totals_and_masked_columns_equal_the_gathered_columns():
+    """Per-record figures are gathered from the plans only when read; totals and masked
+    columns come from the plans directly and equal the gathered columns' exactly."""
+    from trnsim.sim.engines import DMA_BASE
+
+    fresh = simulate(tiled_matmul(128, 256, 512), mode="timing").profile
+    names = ("flops", "nbytes", "hbm_read", "hbm_write")
+    totals = {name: fresh.total(name) for name in names}
+    dma = fresh.stream >= DMA_BASE
+    masked = {name: fresh.column(name, dma) for name in names}
+    assert not set(names) & set(vars(fresh))  # nothing gathered yet
+    for name in names:
+        column = getattr(fresh, name)
+        assert len(column) == len(fresh) and totals[name] == int(column.sum()) > 0
+        assert np.array_equal(masked[name], column[dma])
+        assert fresh.total(name, dma) == int(column[dma].sum())

@@ -107,3 +107,28 @@ def test_summary_figures_equal_masks_over_every_record():
     for _ in range(3):  # long streams of unrounded times: sums in numpy's pairwise order
         profile = _profile(rng, 20000, rounded=False)
         assert _figures(profile) == _reference_figures(profile)
+
+
+def _merged_by_sorting(starts, ends):
+    """The union by a stable sort of the starts and a maximum per segment (no shortcut)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    opens = np.concatenate([[True], s[1:] > np.maximum.accumulate(e)[:-1]])
+    first = np.flatnonzero(opens)
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def test_intervals_in_order_of_start_merge_as_sorted_ones():
+    """An in-order stream's intervals skip the sort (and, none backwards, the per-segment
+    maximum): the same segments bit for bit, with the running maximum given or not."""
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 200))
+        starts = np.sort(np.round(rng.uniform(0, 300, n), int(rng.integers(0, 2))))
+        ends = starts + np.round(rng.exponential(4, n), int(rng.integers(0, 2)))
+        if trial % 3 == 0:
+            ends[rng.integers(0, n)] -= 10.0  # backwards
+        want = _merged_by_sorting(starts, ends)
+        for reach in (None, np.maximum.accumulate(ends)):
+            got = merged_intervals(starts, ends, reach)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -194,6 +194,10 @@ class Graph:
 
         attrs = dict(attrs or {})
         shape, dt = infer(op, list(inputs), attrs, self)
+        return self._append(op, inputs, attrs, shape, dt, source, name)
+
+    def _append(self, op: str, inputs: Sequence[Node], attrs: dict[str, Any], shape: Shape,
+                dt: DType, source: str | None, name: str | None) -> Node:
         node = Node(self.fresh_name(name or op.replace(".", "_")), op, inputs, attrs, shape, dt,
                     source)
         self.nodes.append(node)
@@ -366,8 +370,15 @@ class Rewriter:
         return [self.mapping[i] for i in node.inputs]
 
     def keep(self, node: Node, *, attrs: dict[str, Any] | None = None) -> Node:
-        new = self.new.add(node.op, self.operands(node), node.attrs if attrs is None else attrs,
-                           source=node.source, name=node.name)
+        operands = self.operands(node)
+        if attrs is None and _alike(node.inputs, operands):
+            # the op's rule would give the node's own type: it reads its operands' op, shape
+            # and dtype (`ops.infer`) and these are the same (verify re-derives every type)
+            new = self.new._append(node.op, operands, dict(node.attrs), node.shape, node.dtype,
+                                   node.source, node.name)
+        else:
+            new = self.new.add(node.op, operands, node.attrs if attrs is None else attrs,
+                               source=node.source, name=node.name)
         self.mapping[node] = new
         return new
 
@@ -382,6 +393,13 @@ class Rewriter:
     def finish(self, *, dce: bool = True) -> Graph:
         self.new.outputs = [self.mapping[o] for o in self.old.outputs]
         return eliminate_dead(self.new) if dce else self.new
+
+
+def _alike(old: Sequence[Node], new: Sequence[Node]) -> bool:
+    """Operands `new` stand where `old` stood with the same op, shape and dtype (and there is at
+    least one: a leaf's rule may read the graph, e.g. a constant's data)."""
+    return bool(old) and all(a.op == b.op and a.shape == b.shape and a.dtype == b.dtype
+                             for a, b in zip(old, new, strict=True))
 
 
 def eliminate_dead(graph: Graph) -> Graph:

@@ -119,11 +119,12 @@ def kernel_times(profile) -> list[KernelTime]:
         pcs = np.asarray(profile.pcs, dtype=np.int64)
         kernel = by_pc[pcs] if len(pcs) else np.zeros(0, np.int64)
     count = len(names)
-    is_tensor = np.isin(profile.stream, [c for c in np.unique(profile.stream)
-                                         if engine_name(int(c)) == "tensor"])
+    is_tensor = np.isin(profile.stream, [c for c in profile.stream_records
+                                         if engine_name(c) == "tensor"])
     is_dma = profile.stream >= DMA_BASE
-    busy = np.bincount(kernel[is_tensor], weights=(profile.end_ns - profile.start_ns)[is_tensor],
-                       minlength=count)
+    durations = profile.end_ns - profile.start_ns
+    durations[~is_tensor] = 0.0  # adding +0.0 leaves each kernel's sum (from +0.0) as it is
+    busy = np.bincount(kernel, weights=durations, minlength=count)  # in record order
     # per kernel: each run of records of one kernel reduced at once, then the (few) runs of a
     # kernel combined; min, max and integer sums are exact in any order, so these equal an
     # element-by-element `np.minimum.at` / `np.add.at` over the records
@@ -139,8 +140,8 @@ def kernel_times(profile) -> list[KernelTime]:
         np.minimum.at(first, runs, heads)
         np.minimum.at(start, runs, np.minimum.reduceat(profile.start_ns, heads))
         np.maximum.at(end, runs, np.maximum.reduceat(profile.done_ns, heads))
-        moved = np.where(is_dma, np.asarray(profile.nbytes, dtype=np.int64), 0)
-        np.add.at(dma_bytes, runs, np.add.reduceat(moved, heads))
+        np.add.at(dma_bytes, kernel[is_dma], np.asarray(profile.column("nbytes", is_dma),
+                                                         dtype=np.int64))
         np.add.at(flops, runs, np.add.reduceat(np.asarray(profile.flops, dtype=np.int64), heads))
     ran = [k for k in np.argsort(first, kind="stable") if instructions[k]]
     return [KernelTime(label=names[k], op=names[k].split(":")[0], source=sources.get(names[k]),

@@ -25,6 +25,8 @@ import numpy as np
 
 from trnsim.sim.engines import CAUSE_NAMES, DMA_BASE, engine_name, stream_name
 
+_PLAN_COLUMNS = ("flops", "nbytes", "hbm_read", "hbm_write")  # integer figures of each plan
+
 
 @dataclass(frozen=True)
 class InstructionRecord:
@@ -90,6 +92,11 @@ class ProfileSummary:
         return asdict(self)
 
 
+def _gathered(name: str) -> cached_property:
+    """`Profile`'s per-record column `name`: each record's plan's figure, gathered when read."""
+    return cached_property(lambda profile: profile._plan_columns[name][profile._uids])
+
+
 class Profile:
     """The timeline of one core's run. Built by `trnsim.sim.simulate`."""
 
@@ -104,8 +111,8 @@ class Profile:
         self.start_ns = np.asarray(scheduler.starts, dtype=np.float64)
         self.end_ns = np.asarray(scheduler.ends, dtype=np.float64)
         self.done_ns = np.asarray(scheduler.dones, dtype=np.float64)
-        self.stream = np.array(scheduler.codes, dtype=np.int32)
-        self.cause = np.array(scheduler.causes, dtype=np.int32)
+        self.stream = np.asarray(scheduler.codes, dtype=np.int32)
+        self.cause = np.asarray(scheduler.causes, dtype=np.int32)
         # how each DMA's data moved: pieces at a constant rate (the share of the DMA engines it
         # held between its start latency and its last byte): the record of each piece, and its
         # (start, end, share of the record's bytes)
@@ -114,17 +121,17 @@ class Profile:
         # programs with control flow: record i ran instruction pcs[i] (concrete: resolved operands)
         self.pcs = np.array(scheduler.pcs, dtype=np.int64) if scheduler.pcs is not None else None
         self.concrete = scheduler.concrete
-        # per-instruction figures: gathered from the (few) distinct plans by each record's plan id
+        # per-instruction figures: each record's plan id, and each distinct plan's figures (the
+        # per-record columns are gathered from them when first read: see `_gathered`)
         planner = scheduler.planner
         distinct = planner.distinct
-        uids = np.asarray(scheduler.uids, dtype=np.int64)
-        self.flops = planner.column("flops")[uids]
-        self.nbytes = planner.column("nbytes")[uids]
-        self.hbm_read = planner.column("hbm_read")[uids]
-        self.hbm_write = planner.column("hbm_write")[uids]
+        self._uids = uids = np.asarray(scheduler.uids, dtype=np.int64)
+        self._plan_columns = {name: planner.column(name) for name in _PLAN_COLUMNS}
         counts = np.bincount(uids, minlength=len(distinct)) if len(uids) else np.zeros(0, np.int64)
+        self._runs = counts  # how many records ran each distinct plan
         by_precision: dict[str, int] = defaultdict(int)
-        for uid in np.flatnonzero(planner.column("flops")[:len(counts)] * counts[:len(distinct)]):
+        for uid in np.flatnonzero(self._plan_columns["flops"][:len(counts)]
+                                  * counts[:len(distinct)]):
             plan = distinct[uid]
             by_precision[plan.precision or "fp32"] += plan.flops * int(counts[uid])
         self.flops_by_precision = dict(by_precision)
@@ -136,6 +143,28 @@ class Profile:
 
     def __len__(self) -> int:
         return len(self.start_ns)
+
+    # --- per-record figures of the plans (gathered when read: a loaded run's profiles, whose
+    # totals alone are read, never gather them; a 5.5M-record column is 44 MB) ---------------
+    flops = _gathered("flops")
+    nbytes = _gathered("nbytes")  # DMA: bytes moved; engines: bytes read + written
+    hbm_read = _gathered("hbm_read")
+    hbm_write = _gathered("hbm_write")
+
+    def column(self, name: str, records: np.ndarray) -> np.ndarray:
+        """Per-record column `name` (flops, nbytes, hbm_read, hbm_write) at `records` (a mask
+        or indices), gathered from the plans' figures, not from the whole column."""
+        if "_plan_columns" not in self.__dict__:  # a profile made from its columns alone
+            return getattr(self, name)[records]
+        return self._plan_columns[name][self._uids[records]]
+
+    def total(self, name: str, records: np.ndarray | None = None) -> int:
+        """The sum of per-record column `name` over the run, or over `records`: each distinct
+        plan's figure times the records that ran it (integers: exactly the column's sum)."""
+        if records is not None or "_plan_columns" not in self.__dict__:
+            return int(self.column(name, slice(None) if records is None else records).sum())
+        counts = self._runs
+        return int(self._plan_columns[name][:len(counts)] @ counts)
 
     def __repr__(self) -> str:
         return (f"Profile({self.program.name!r} on {self.core.name} core {self.core_index}: "
@@ -182,17 +211,27 @@ class Profile:
         end points and all, when no interval ends before it starts."""
         codes = tuple(c for c in sorted(set(codes)) if c in self.stream_records)
         if codes not in self._busy:
+            if len(codes) == 1:
+                index = self.stream_records[codes[0]]
+                return self.stream_busy(codes[0], self.start_ns[index], self.end_ns[index])
             if len(codes) > 1 and self._ordered:
                 parts = [self.busy_intervals((c,)) for c in codes]
                 starts = np.concatenate([part[0] for part in parts])
                 ends = np.concatenate([part[1] for part in parts])
             else:
-                groups = [self.stream_records[c] for c in codes]
-                index = groups[0] if len(groups) == 1 else np.sort(np.concatenate(
-                    [np.zeros(0, np.int64), *groups]))
+                index = np.sort(np.concatenate([np.zeros(0, np.int64),
+                                                *(self.stream_records[c] for c in codes)]))
                 starts, ends = self.start_ns[index], self.end_ns[index]
             self._busy[codes] = merged_intervals(starts, ends)
         return self._busy[codes]
+
+    def stream_busy(self, code: int, starts: np.ndarray, ends: np.ndarray,
+                    reach: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`busy_intervals((code,))` from the stream's starts and ends in record order (and
+        their running maximum of ends, `reach`), which the summary has gathered already."""
+        if (code,) not in self._busy:
+            self._busy[(code,)] = merged_intervals(starts, ends, reach)
+        return self._busy[(code,)]
 
     @cached_property
     def _busy(self) -> dict:
@@ -228,17 +267,29 @@ def _cause_name(cause: int) -> str:
     return engine_name(cause) if cause >= 0 else CAUSE_NAMES.get(cause, "unknown")
 
 
-def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [starts[i], ends[i]) as sorted disjoint (starts, ends)."""
+def merged_intervals(starts: np.ndarray, ends: np.ndarray,
+                     reach: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [starts[i], ends[i]) as sorted disjoint (starts, ends). Intervals
+    already in order of start (an in-order stream's) are not sorted again (a stable sort would
+    leave them as they are); `reach`: `np.maximum.accumulate(ends)`, if the caller has it."""
     if len(starts) == 0:
         return np.zeros(0), np.zeros(0)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    in_order = bool(np.all(starts[1:] >= starts[:-1]))
+    if in_order:
+        s, e = starts, ends
+        reach = np.maximum.accumulate(e) if reach is None else reach
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
+        reach = np.maximum.accumulate(e)
     opens = np.empty(len(s), dtype=bool)
     opens[0] = True
-    opens[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=opens[1:])
     first = np.flatnonzero(opens)
+    if in_order and np.all(e >= s):
+        # a segment's largest end is the running maximum at its last interval: each segment
+        # opens past every earlier end, and its first interval ends no earlier than it starts
+        return s[first], reach[np.append(first[1:], len(s)) - 1]
     return s[first], np.maximum.reduceat(e, first)
 
 
@@ -256,8 +307,17 @@ def merged_length(intervals: tuple[np.ndarray, np.ndarray]) -> float:
 def wait_gaps(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Idle time of an in-order stream before each of its instructions (in program order):
     from when everything before it had finished to its start."""
-    previous_end = np.concatenate([[0.0], np.maximum.accumulate(ends)[:-1]])
-    return np.clip(starts - previous_end, 0.0, None)
+    return _gaps(starts, np.maximum.accumulate(ends))
+
+
+def _gaps(starts: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """`wait_gaps` from the running maximum of the ends (`reach`): start - (0, reach[:-1]),
+    clipped at 0, computed in place."""
+    gaps = np.empty(len(starts))
+    if len(starts):
+        np.subtract(starts[:1], 0.0, out=gaps[:1], dtype=np.float64)
+        np.subtract(starts[1:], reach[:-1], out=gaps[1:], dtype=np.float64)
+    return np.clip(gaps, 0.0, None, out=gaps)
 
 
 def indices_by_code(codes: np.ndarray) -> dict[int, np.ndarray]:
@@ -277,13 +337,14 @@ def indices_by_code(codes: np.ndarray) -> dict[int, np.ndarray]:
 def _stream_summary(profile: Profile, code: int, total: float) -> StreamSummary:
     index = profile.stream_records[code]
     starts, ends = profile.start_ns[index], profile.end_ns[index]
-    gaps = wait_gaps(starts, ends)
+    reach = np.maximum.accumulate(ends)  # shared by the waits and the busy union
+    gaps = _gaps(starts, reach)
     waiting: dict[str, float] = defaultdict(float)
     for cause, of_cause in indices_by_code(profile.cause[index]).items():
         waited = float(gaps[of_cause].sum())  # the same gaps in the same order as a mask's
         if waited > 0:
             waiting[_cause_name(cause)] += waited
-    active = merged_length(profile.busy_intervals((code,)))
+    active = merged_length(profile.stream_busy(code, starts, ends, reach))
     return StreamSummary(name=stream_name(code), engine=engine_name(code), instructions=len(index),
                          active_ns=active, utilisation=active / total if total else 0.0,
                          waiting_ns=dict(sorted(waiting.items(), key=lambda kv: -kv[1])),
@@ -301,12 +362,12 @@ def summarise(profile: Profile) -> ProfileSummary:
     by_precision = profile.flops_by_precision
     precision = max(by_precision, key=by_precision.get) if by_precision else None
     peak = profile.core.peak_flops(precision) if precision else None
-    tensor_flops = int(profile.flops.sum())
+    tensor_flops = profile.total("flops")
     seconds = total * 1e-9
     dma = profile.stream >= DMA_BASE
-    dma_bytes = int(profile.nbytes[dma].sum())
+    dma_bytes = profile.total("nbytes", dma)
     dma_active = merged_length(profile.busy_intervals([c for c in codes if c >= DMA_BASE]))
-    hbm_read, hbm_write = int(profile.hbm_read.sum()), int(profile.hbm_write.sum())
+    hbm_read, hbm_write = profile.total("hbm_read"), profile.total("hbm_write")
     core = profile.core
     return ProfileSummary(
         core=core.name, total_ns=total, instructions=len(profile), streams=streams,
