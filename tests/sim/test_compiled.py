@@ -141,7 +141,7 @@ def test_a_functional_run_raises_the_python_loops_error_where_a_timing_step_fail
         simulate(b.build(), {"x": np.ones((128, 512), np.float32)}, mode="functional")
 
 
-def test_plan_arrays_gather_each_plans_neighbour_lists_in_order():
+def test_plan_arrays_give_each_plans_neighbour_lists_in_order():
     from trnsim.sim.plan import Planner
 
     program = _mixed("v2", 60)
@@ -152,10 +152,11 @@ def test_plan_arrays_gather_each_plans_neighbour_lists_in_order():
                    compiled.PlanArrays(plans)):
         for plan in plans:
             u = plan.uid
-            assert arrays.read_nb[arrays.rn_ptr[u]:arrays.rn_ptr[u + 1]].tolist() == \
-                [n for nb in plan.read_neighbors for n in nb]
-            assert arrays.write_nb[arrays.wn_ptr[u]:arrays.wn_ptr[u + 1]].tolist() == \
-                [n for nb in plan.write_neighbors for n in nb]
+            nb, at = arrays.neighbors, arrays.nb_ptr  # (through the plan's regions, as `_run`)
+            assert [n for r in arrays.reads[arrays.r_ptr[u]:arrays.r_ptr[u + 1]]
+                    for n in nb[at[r]:at[r + 1]]] == [n for nb in plan.read_neighbors for n in nb]
+            assert [n for r in arrays.writes[arrays.w_ptr[u]:arrays.w_ptr[u + 1]]
+                    for n in nb[at[r]:at[r + 1]]] == [n for nb in plan.write_neighbors for n in nb]
             assert arrays.reads[arrays.r_ptr[u]:arrays.r_ptr[u + 1]].tolist() == list(plan.reads)
             assert arrays.ports[arrays.p_ptr[u]:arrays.p_ptr[u + 1]].tolist() == list(plan.ports)
             assert (arrays.code[u], arrays.busy[u], arrays.latency[u]) == \
@@ -171,9 +172,6 @@ def test_region_neighbours_are_laid_out_by_uid_whatever_the_mapping_order():
     for uid in range(6):
         assert lists[ptr[uid]:ptr[uid + 1]].tolist() == regions.get(uid, [])
     assert len(lists) == ptr[-1] == 8
-    # gathered for reads of regions 1, 3 (empty), 5 and 0 by two plans
-    gathered, at = compiled._gather(lists, ptr, np.array([1, 3, 5, 0]), np.array([0, 2, 4]))
-    assert gathered.tolist() == [1, 5, 4, 5, 1, 0] and at.tolist() == [0, 3, 6]
 
 
 def test_segments_gathered_by_the_compiled_copy_equal_the_array_operations(monkeypatch):

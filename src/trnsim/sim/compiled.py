@@ -112,10 +112,12 @@ class PlanArrays:
     """The distinct plans of one planned program as columns, indexed by `Plan.uid`.
 
     A plan's read (write) neighbours are the neighbour lists of its read (written) regions, one
-    after another (`Plan.read_neighbors`); they are gathered here from one array of every
-    region's list (`region_neighbors`) rather than plan by plan. Every column is read with one
-    C-level pass (`np.fromiter` over `map`/`chain`): a lowered model has ~10^5-10^6 distinct
-    plans, and a Python loop per plan cost seconds."""
+    after another (`Plan.read_neighbors`); the compiled loop reads them through the plan's region
+    uids from one array of every region's list (`neighbors`, `nb_ptr`: `region_neighbors`), not
+    from a copy per plan (a lowered layer's plans name ~10^7 neighbours: gathering them cost
+    more CPU than the rest of these columns). Every column is read with one C-level pass
+    (`np.fromiter` over `map`/`chain`): a lowered model has ~10^5-10^6 distinct plans, and a
+    Python loop per plan cost seconds."""
 
     def __init__(self, plans, regions=None) -> None:
         n = len(plans)
@@ -145,9 +147,7 @@ class PlanArrays:
             for plan in plans:
                 regions.update(zip(plan.reads, plan.read_neighbors, strict=True))
                 regions.update(zip(plan.writes, plan.write_neighbors, strict=True))
-        lists, ptr = region_neighbors(regions)
-        self.read_nb, self.rn_ptr = _gather(lists, ptr, self.reads, self.r_ptr)
-        self.write_nb, self.wn_ptr = _gather(lists, ptr, self.writes, self.w_ptr)
+        self.neighbors, self.nb_ptr = region_neighbors(regions)
 
 
 def _column(items, name: str, dtype) -> np.ndarray:
@@ -214,16 +214,6 @@ def _copy_segments(lists: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return out
 
 
-def _gather(lists: np.ndarray, ptr: np.ndarray, uids: np.ndarray,
-            uid_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The neighbour lists of `uids` one after another, and where each plan's (its `uid_ptr`
-    rows of uids) start."""
-    gathered, ends = _segments(lists, ptr, uids)
-    out_ptr = np.zeros(len(uid_ptr), np.int64)
-    out_ptr[1:] = np.concatenate([[0], ends])[uid_ptr[1:]]
-    return gathered, out_ptr
-
-
 def run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray) -> int:
     """Step every instruction (plan uids in program order) on `scheduler` with the compiled loop
     and leave the scheduler as the Python loop would. Returns -1, or the index of the first
@@ -269,7 +259,7 @@ def _run_with_kernel(run_kernel, scheduler, arrays: PlanArrays, uids: np.ndarray
     (failed, starts, ends, dones, codes, causes, moved_record, moved_times, pool_times,
      pool_used, port_starts, port_ends) = run_kernel(
         uids, a.code, a.busy, a.latency, a.is_load, a.is_matmul, a.dma_work, a.dma_engines,
-        a.dma_queue, a.dma_in_place, a.read_nb, a.rn_ptr, a.write_nb, a.wn_ptr, a.reads, a.r_ptr,
+        a.dma_queue, a.dma_in_place, a.neighbors, a.nb_ptr, a.reads, a.r_ptr,
         a.writes, a.w_ptr, a.ports, a.p_ptr, w_ready, w_engine, r_done, r_engine, stream_free,
         queue_free, f64(pool.times), f64(pool.used), port_starts, port_ends, port_len,
         port_streams, scalars, counters)
@@ -352,7 +342,7 @@ def _grow(values, need):
 
 
 def _run(uids, code_of, busy_of, latency_of, is_load_of, is_matmul_of, dma_work, dma_engines,
-         dma_queue, dma_in_place, read_nb, rn_ptr, write_nb, wn_ptr, reads, r_ptr, writes, w_ptr,
+         dma_queue, dma_in_place, neighbors, nb_ptr, reads, r_ptr, writes, w_ptr,
          ports_of, p_ptr, w_ready, w_engine, r_done, r_engine, stream_free, queue_free,
          pool_times_in, pool_used_in, port_starts, port_ends, port_len, port_streams, scalars,
          counters):
@@ -388,11 +378,13 @@ def _run(uids, code_of, busy_of, latency_of, is_load_of, is_matmul_of, dma_work,
         # --- dependencies ---
         ready = 0.0
         cause = _NO_WAIT
-        for k in range(rn_ptr[uid], rn_ptr[uid + 1]):
-            other = read_nb[k]
-            if w_ready[other] > ready:
-                ready = w_ready[other]
-                cause = w_engine[other]
+        for j in range(r_ptr[uid], r_ptr[uid + 1]):  # each read region's neighbours, in order
+            region = reads[j]
+            for k in range(nb_ptr[region], nb_ptr[region + 1]):
+                other = neighbors[k]
+                if w_ready[other] > ready:
+                    ready = w_ready[other]
+                    cause = w_engine[other]
         if w_ptr[uid + 1] > w_ptr[uid]:
             if code >= 0:
                 same = code
@@ -400,14 +392,16 @@ def _run(uids, code_of, busy_of, latency_of, is_load_of, is_matmul_of, dma_work,
                 same = _DMA_BASE + dma_queue[uid]
             else:
                 same = -99
-            for k in range(wn_ptr[uid], wn_ptr[uid + 1]):
-                other = write_nb[k]
-                if r_done[other] > ready:
-                    ready = r_done[other]
-                    cause = r_engine[other]
-                if w_ready[other] > ready and w_engine[other] != same:
-                    ready = w_ready[other]
-                    cause = w_engine[other]
+            for j in range(w_ptr[uid], w_ptr[uid + 1]):
+                region = writes[j]
+                for k in range(nb_ptr[region], nb_ptr[region + 1]):
+                    other = neighbors[k]
+                    if r_done[other] > ready:
+                        ready = r_done[other]
+                        cause = r_engine[other]
+                    if w_ready[other] > ready and w_engine[other] != same:
+                        ready = w_ready[other]
+                        cause = w_engine[other]
         # --- stream, pipeline, ports ---
         if code < 0:
             queue = dma_queue[uid]
