@@ -50,6 +50,8 @@ def test_a_position_is_built_on_its_first_read_and_kept():
     assert read == _Item("d") and items[3] is read and items.built(3) is read
     assert items[-1] == _Item("g") and (first.ones, second.ones) == (1, 1)
     assert (first.alls, second.alls) == (0, 0) and items.pending == 2
+    assert set(items.built_offsets(2)) == {1} and set(items.built_offsets(6)) == {1}
+    assert items.built_offsets(0) is None  # no deferred span starts there
 
 
 def test_a_slice_builds_only_the_spans_it_covers_keeping_what_was_read():
@@ -58,6 +60,7 @@ def test_a_slice_builds_only_the_spans_it_covers_keeping_what_was_read():
     assert items[1:4] == [_Item("b"), _Item("c"), _Item("d")]
     assert items[3] is read  # the bulk build kept the object read before it
     assert (first.alls, second.alls) == (1, 0) and items.pending == 1
+    assert items.built_offsets(2) is None  # built in full
     assert items[5:6] == [_Item("h")] and second.alls == 0  # no deferred position in it
 
 

@@ -57,6 +57,12 @@ class InstructionList(MutableSequence):
         """The instruction at `index` if it is built, else None (without building it)."""
         return self._items[index]
 
+    def built_offsets(self, start: int):
+        """The offsets built so far (read or written) of the deferred span at `start`, or None
+        when no span not built in full starts there."""
+        found = self._deferred.get(start)
+        return None if found is None else found[2].keys()
+
     @property
     def pending(self) -> int:
         """How many spans are not built in full."""

@@ -180,12 +180,15 @@ def _rename_replay(instructions: list, start: int, template: Template,
     if all(map(operator.is_, renamed, patterns)):
         return
     # (an instruction not built yet takes the renamed patterns when it is: `Replayed`)
-    built = instructions.built if isinstance(instructions, InstructionList) else \
-        instructions.__getitem__
-    for offset, swaps in template.plan:
-        ins = built(start + offset)
-        if ins is not None:
-            _swap_in(ins.__dict__, swaps, renamed, patterns)
+    read = instructions.built_offsets(start) if isinstance(instructions, InstructionList) \
+        else None
+    if read is None:  # built in full
+        for offset, swaps in template.plan:
+            _swap_in(instructions[start + offset].__dict__, swaps, renamed, patterns)
+    else:
+        for offset in sorted(read & template.swaps.keys()):
+            _swap_in(instructions[start + offset].__dict__, template.swaps[offset], renamed,
+                     patterns)
     patterns[:] = renamed
 
 
