@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from trnsim.errors import InvalidArgumentError
-from trnsim.isa import Activation, DmaCopy, Repeats, TensorTensor
+from trnsim.isa import Activation, DmaCopy, InstructionList, Repeats, TensorTensor
 from trnsim.sim.plan import PLAN_ENV, Planner, plan_uids, planned
 from trnsim.sim.plan_check import PlanMismatchError, compare_plans, compare_repeats, plan_fields
 
@@ -104,3 +104,17 @@ def test_a_span_that_does_not_fit_is_refused(span):
     program = _calls()
     with pytest.raises(InvalidArgumentError, match="repeat span"):
         Repeats(program.instructions, [span])
+
+
+def test_plans_of_an_instruction_list_are_kept_until_it_is_written():
+    """`planned` keeps the plans of a program whose instructions are an `InstructionList` (the
+    lowering's, whose replays are built when read) without building it, and plans again once
+    the list is written."""
+    program = _calls()
+    program.instructions = InstructionList(program.instructions)
+    program.repeats = Repeats(program.instructions, program.repeats.spans)
+    first = planned(program, program.target)
+    assert planned(program, program.target)[1] is first[1]
+    program.instructions[2] = program.instructions[2]  # a write, even of the same object
+    assert planned(program, program.target)[1] is not first[1]
+    assert planned(program, program.target)[1] is planned(program, program.target)[1]

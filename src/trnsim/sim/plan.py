@@ -454,16 +454,16 @@ class Planner:
 class _Planned:
     """A program's plans on one core, with what they were made from (`planned`)."""
 
-    __slots__ = ("arrays", "core", "instructions", "planner", "plans", "tensors")
+    __slots__ = ("arrays", "changes", "core", "instructions", "planner", "plans", "tensors")
 
     def __init__(self, core, program: Program, planner: Planner, plans: list[Plan]) -> None:
         self.core = core
         # held: their ids cannot be reused; a list that counts its writes (`InstructionList`,
-        # whose unread replays are not built) is held with its count instead
+        # whose unread replays are not built) is held itself, with its count
         instructions = program.instructions
-        self.instructions = ((instructions, instructions.changes)
-                             if isinstance(instructions, InstructionList)
-                             else tuple(instructions))
+        lazy = isinstance(instructions, InstructionList)
+        self.instructions = instructions if lazy else tuple(instructions)
+        self.changes = instructions.changes if lazy else None
         self.tensors = _tensor_signature(program)
         self.planner = planner
         self.plans = plans
@@ -471,11 +471,11 @@ class _Planned:
 
     def fits(self, core, program: Program) -> bool:
         instructions, held = program.instructions, self.instructions
-        if isinstance(instructions, InstructionList):
-            same = type(held) is not tuple and held[0] is instructions \
-                and held[1] == instructions.changes
+        if self.changes is not None:
+            same = held is instructions and instructions.changes == self.changes
         else:
-            same = (type(held) is tuple and len(instructions) == len(held)
+            same = (not isinstance(instructions, InstructionList)
+                    and len(instructions) == len(held)
                     and all(map(operator.is_, instructions, held)))
         return (same and (self.core is core or self.core == core)
                 and _tensor_signature(program) == self.tensors)
