@@ -1,5 +1,9 @@
 """InstructionList: deferred spans are built when read, and it otherwise reads as a list."""
 
+import random
+import threading
+import time
+
 import pytest
 
 from trnsim.isa.instruction_list import InstructionList
@@ -95,3 +99,39 @@ def test_it_reads_and_writes_as_a_list():
         items[99]
     assert items.copy() == list(items) and items.__add__([_Item("k")]) == [*items, _Item("k")]
     assert _Item("h") in items and items.index(_Item("h")) == 5
+
+
+class _SlowMaker(_Maker):
+    """A maker that yields the interpreter while it builds (another thread may run)."""
+
+    def one(self, offset: int) -> _Item:
+        time.sleep(0)
+        return super().one(offset)
+
+    def all(self) -> list[_Item]:
+        time.sleep(0)
+        return super().all()
+
+
+def test_threads_reading_one_list_get_one_object_per_position():
+    items = InstructionList()
+    makers = [_SlowMaker(range(k * 50, k * 50 + 50)) for k in range(20)]
+    for maker in makers:
+        items.defer(50, maker)
+    seen: list[list] = []
+
+    def read(seed: int) -> None:
+        order = random.Random(seed).sample(range(len(items)), len(items))
+        got = {i: items[i] for i in order[:300]}
+        got.update(enumerate(items[100:400], start=100))
+        got.update(enumerate(items))
+        seen.append([got[i] for i in range(len(items))])
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(seen) == 6 and [i.value for i in seen[0]] == list(range(1000))
+    assert all(a is b for run in seen[1:] for a, b in zip(seen[0], run, strict=True))
+    assert all(maker.alls <= 1 for maker in makers) and items.pending == 0

@@ -14,6 +14,7 @@ list is still the one they saw (`trnsim.sim.plan`)."""
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable, Iterator, MutableSequence
 from itertools import repeat
 from typing import Protocol
@@ -32,7 +33,7 @@ class Deferred(Protocol):
 class InstructionList(MutableSequence):
     """A list of instructions some of whose spans are not built yet (see the module doc)."""
 
-    __slots__ = ("_deferred", "_items", "_starts", "changes")
+    __slots__ = ("_deferred", "_items", "_lock", "_starts", "changes")
 
     def __init__(self, items: Iterable = ()) -> None:
         self._items: list = list(items)  # an instruction, or None where a span is not built
@@ -40,6 +41,7 @@ class InstructionList(MutableSequence):
         # first position -> (length, maker, {offset: instruction built alone})
         self._deferred: dict[int, tuple[int, Deferred, dict]] = {}
         self.changes = 0
+        self._lock = threading.RLock()
 
     # --- deferred spans
 
@@ -70,39 +72,50 @@ class InstructionList(MutableSequence):
 
     def build(self) -> None:
         """Build every deferred span."""
-        for start in list(self._starts):
-            self._build_span(start)
+        with self._lock:
+            for start in list(self._starts):
+                self._build_span(start)
 
     def _span_of(self, index: int) -> int:
         return self._starts[bisect.bisect_right(self._starts, index) - 1]
 
+    # (builds hold the lock: two threads reading one position get one object, and a span is
+    # built once)
     def _build_one(self, index: int):
-        start = self._span_of(index)
-        _, maker, alone = self._deferred[start]
-        ins = alone[index - start] = self._items[index] = maker.one(index - start)
-        return ins
+        with self._lock:
+            ins = self._items[index]
+            if ins is None:
+                start = self._span_of(index)
+                _, maker, alone = self._deferred[start]
+                ins = alone[index - start] = self._items[index] = maker.one(index - start)
+            return ins
 
     def _build_span(self, start: int) -> None:
-        length, maker, alone = self._deferred.pop(start)
-        del self._starts[bisect.bisect_left(self._starts, start)]
-        made = maker.all()
-        for offset, ins in alone.items():  # what was read before stays the object it was
-            made[offset] = ins
-        self._items[start:start + length] = made
+        with self._lock:
+            found = self._deferred.pop(start, None)
+            if found is None:  # another thread built it
+                return
+            length, maker, alone = found
+            del self._starts[bisect.bisect_left(self._starts, start)]
+            made = maker.all()
+            for offset, ins in alone.items():  # what was read before stays the object it was
+                made[offset] = ins
+            self._items[start:start + length] = made
 
     def _build_range(self, first: int, end: int) -> None:
-        starts = self._starts
-        if not starts or end <= first:
-            return
-        k = max(bisect.bisect_right(starts, first) - 1, 0)
-        covered = []
-        while k < len(starts) and starts[k] < end:
-            start = starts[k]
-            if start + self._deferred[start][0] > first:
-                covered.append(start)
-            k += 1
-        for start in covered:
-            self._build_span(start)
+        with self._lock:
+            starts = self._starts
+            if not starts or end <= first:
+                return
+            k = max(bisect.bisect_right(starts, first) - 1, 0)
+            covered = []
+            while k < len(starts) and starts[k] < end:
+                start = starts[k]
+                if start + self._deferred[start][0] > first:
+                    covered.append(start)
+                k += 1
+            for start in covered:
+                self._build_span(start)
 
     # --- the list interface
 
@@ -128,15 +141,16 @@ class InstructionList(MutableSequence):
             self.build()
             self._items[index] = value
         else:
-            self._items[index] = value
-            if self._starts:  # in a span not built in full: its build keeps the value
-                index = index if index >= 0 else index + len(self._items)
-                k = bisect.bisect_right(self._starts, index) - 1
-                if k >= 0:
-                    start = self._starts[k]
-                    length, _, alone = self._deferred[start]
-                    if index < start + length:
-                        alone[index - start] = value
+            with self._lock:
+                self._items[index] = value
+                if self._starts:  # in a span not built in full: its build keeps the value
+                    index = index if index >= 0 else index + len(self._items)
+                    k = bisect.bisect_right(self._starts, index) - 1
+                    if k >= 0:
+                        start = self._starts[k]
+                        length, _, alone = self._deferred[start]
+                        if index < start + length:
+                            alone[index - start] = value
         self.changes += 1
 
     def __delitem__(self, index) -> None:
