@@ -15,7 +15,7 @@ from trnsim.compiler.ir import Rewriter
 from trnsim.compiler.kernel_ops import KERNEL_OPS as KERNELS
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.passes import PASS_NAMES, PIPELINE, describe, run_pipeline
-from trnsim.errors import UnknownNameError
+from trnsim.errors import InvalidArgumentError, UnknownNameError
 
 
 def test_pipeline_is_one_ordered_list_with_a_reason_each():
@@ -102,3 +102,11 @@ def test_the_result_is_verified_by_default_and_every_pass_in_check_mode(zoo, mon
     with pytest.raises(IRError, match="rule gives"):
         run_pipeline(zoo.get("mlp").graph, stop_after="fold")  # default: the result
     run_pipeline(zoo.get("mlp").graph, stop_after="fold", verify=False)
+
+
+def test_an_unknown_pass_check_mode_is_refused_before_any_pass(zoo, monkeypatch):
+    monkeypatch.setenv("TRNSIM_PASSES", "chek")
+    with pytest.raises(InvalidArgumentError, match="TRNSIM_PASSES='chek' is not one of result, check"):
+        run_pipeline(zoo.get("mlp").graph)
+    monkeypatch.setenv("TRNSIM_PASSES", "result")
+    run_pipeline(zoo.get("mlp").graph, stop_after="fold")

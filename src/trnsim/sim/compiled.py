@@ -190,8 +190,8 @@ def _segments(lists: np.ndarray, ptr: np.ndarray,
     if copy is not None:
         return copy(lists, starts, lengths, total), ends
     # the index of each gathered entry as a running sum: +1 along a segment, a jump to the next
-    # one's start at its first entry. One array of the (10^7-entry) gather's length, not three:
-    # fresh pages cost more than the arithmetic here.
+    # one's start at its first entry. One array of the gather's length (every region's
+    # neighbours), not three: fresh pages cost more than the arithmetic here.
     filled = lengths > 0
     heads, first, size = (ends - lengths)[filled], starts[filled], lengths[filled]
     index = np.ones(total, np.int64)

@@ -179,16 +179,13 @@ def _rename_replay(instructions: list, start: int, template: Template,
             renamed[k] = found
     if all(map(operator.is_, renamed, patterns)):
         return
-    # (an instruction not built yet takes the renamed patterns when it is: `Replayed`)
+    # only the instructions built so far (one not built takes the renamed patterns when it is:
+    # `Replayed`); a call built in full, all of its instructions that hold them
     read = instructions.built_offsets(start) if isinstance(instructions, InstructionList) \
         else None
-    if read is None:  # built in full
-        for offset, swaps in template.plan:
-            _swap_in(instructions[start + offset].__dict__, swaps, renamed, patterns)
-    else:
-        for offset in sorted(read & template.swaps.keys()):
-            _swap_in(instructions[start + offset].__dict__, template.swaps[offset], renamed,
-                     patterns)
+    swaps = template.swaps
+    for offset in swaps if read is None else sorted(read & swaps.keys()):
+        _swap_in(instructions[start + offset].__dict__, swaps[offset], renamed, patterns)
     patterns[:] = renamed
 
 
@@ -207,10 +204,10 @@ class Template:
     A replay appends a deferred span to the program's `InstructionList` (`Replayed`: each of its
     instructions is built when read, as its own object): a copy of the template instruction's
     fields with the call's label and source, and the HBM operands of the call's tensors swapped
-    in by a plan made here: the
-    distinct HBM access patterns (`patterns`, each with the position of its tensor in `names`,
-    -1 for a tensor that is no argument) and, per instruction touching them, which fields take
-    which (`plan`). `HbmIndex.rename` renames a replayed call's instructions by the same plan."""
+    in by a plan made here: the distinct HBM access patterns (`patterns`, each with the position
+    of its tensor in `names`, -1 for a tensor that is no argument) and, per instruction touching
+    them, which fields take which (`plan`). `HbmIndex.rename` renames a replayed call's
+    instructions by the same plan."""
 
     __slots__ = ("classes", "control", "fields", "flops", "hbm", "length", "names", "patterns",
                  "placed", "plan", "swaps", "touches")

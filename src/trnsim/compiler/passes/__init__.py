@@ -4,8 +4,9 @@ Every pass is ``Graph -> Graph`` and never mutates its input. `run_pipeline` run
 order and prints the IR after the passes named in ``dump_after`` (``trnsim ... --dump-after
 fuse_attention``). It verifies the graph it returns (`Graph.verify`, a pure check that re-derives
 every node's type); ``TRNSIM_PASSES=check`` (the tests' setting) or ``verify=True`` verifies the
-graph before the first pass and after each, naming the pass that broke it; ``verify=False``
-verifies nothing. Verifying after each pass costs about a third of the pipeline on a large model.
+graph before the first pass and after each, naming the pass that broke it (``result``, the
+default, verifies the result only; another value is an error); ``verify=False`` verifies
+nothing. Verifying after each pass costs about a third of the pipeline on a large model.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trnsim.compiler.passes.memory import plan_memory, tensor_parallel_degree
 from trnsim.compiler.passes.quantize import quantize_weights
 from trnsim.compiler.passes.schedule import schedule
 from trnsim.compiler.passes.tensor_parallel import tensor_parallel
-from trnsim.errors import UnknownNameError
+from trnsim.errors import InvalidArgumentError, UnknownNameError
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,15 @@ PIPELINE: tuple[Pass, ...] = (
 
 PASS_NAMES = tuple(p.name for p in PIPELINE)
 CHECK_ENV = "TRNSIM_PASSES"  # "check": verify the graph after every pass (module doc)
+CHECK_MODES = ("result", "check")  # its values: the result only (the default), every pass
+
+
+def verify_each_pass() -> bool:
+    """Whether `TRNSIM_PASSES` asks for the graph verified after every pass (module doc)."""
+    value = os.environ.get(CHECK_ENV, "result").strip().lower() or "result"
+    if value not in CHECK_MODES:
+        raise InvalidArgumentError(f"{CHECK_ENV}={value!r} is not one of {', '.join(CHECK_MODES)}")
+    return value == "check"
 
 
 def run_pipeline(graph: Graph, options: CompileOptions | None = None, *,
@@ -87,7 +97,7 @@ def run_pipeline(graph: Graph, options: CompileOptions | None = None, *,
     for name in [*wanted, *(n for n in (stop_after, start_after) if n)]:
         if name not in PASS_NAMES:
             raise UnknownNameError("compiler pass", name, PASS_NAMES)
-    each = verify if verify is not None else os.environ.get(CHECK_ENV) == "check"
+    each = verify if verify is not None else verify_each_pass()
     if each:
         graph.verify()
     times: dict[str, float] = {}
